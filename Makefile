@@ -1,0 +1,34 @@
+# Two commands on a fresh clone: `make demo` and `make test`.  Both create .venv and install.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+# The CPU build of torch is installed from the local wheel cache when it is there; an unpinned
+# torch would pull gigabytes of CUDA wheels.
+TORCH := torch==2.13.0
+STAMP := $(VENV)/.installed
+
+.PHONY: install demo test lint typecheck clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet $(TORCH)
+	$(BIN)/pip install --quiet -e '.[models,plot,dev]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/pipeplan demo
+
+test: $(STAMP)
+	$(BIN)/pytest -q
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy costmodel planner pipeplan
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The pipeplan planning service over HTTP (FastAPI); see issue #6."""

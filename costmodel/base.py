@@ -1,0 +1,74 @@
+"""The one interface every cost model implements, and that the planner and executor use."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Protocol
+
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+
+__all__ = ["CostModel", "LayerMemory", "LinkLike"]
+
+
+class LinkLike(Protocol):
+    """Anything with a bandwidth (bytes/s) and a latency (s): a planner link, for instance."""
+
+    @property
+    def bandwidth(self) -> float: ...
+
+    @property
+    def latency(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class LayerMemory:
+    """Bytes a layer needs on the device that runs it, for one microbatch in flight."""
+
+    params: int  # weights and buffers: resident once per device
+    activations: int  # outputs kept until the next stage has consumed them: one per microbatch
+    workspace: int  # intermediates alive only while the layer runs
+
+    @property
+    def total(self) -> int:
+        return self.params + self.activations + self.workspace
+
+
+class CostModel(ABC):
+    """Predicts how long a layer takes on a device under a load, and how much memory it needs.
+
+    Implementations: :class:`costmodel.analytic.RooflineModel` (no data needed) and the learned,
+    contention-aware models trained from profiles.
+    """
+
+    name: str = "cost model"
+
+    @abstractmethod
+    def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
+        """Seconds for one forward pass of ``layer`` on ``device``.
+
+        ``load`` is the contention to assume; ``None`` means the device's current ``load``.
+        """
+
+    def predict(self, layer: Layer, device: Device, contention: Contention | None = None) -> float:
+        """Alias of :meth:`layer_time` with the name the design documents use."""
+        return self.layer_time(layer, device, contention)
+
+    def layer_memory(self, layer: Layer) -> LayerMemory:
+        """Parameters, kept activations and transient workspace of ``layer``.
+
+        The workspace bound is what the layer writes beyond its outputs: eager execution keeps at
+        most that many intermediate bytes alive at once.
+        """
+        return LayerMemory(
+            params=layer.param_bytes,
+            activations=layer.activation_bytes,
+            workspace=max(0, layer.bytes_written - layer.activation_bytes),
+        )
+
+    def link_time(self, nbytes: float, link: LinkLike) -> float:
+        """Seconds to move ``nbytes`` over ``link``: latency + bytes / bandwidth (0 for 0 bytes)."""
+        if nbytes <= 0:
+            return 0.0
+        return link.latency + nbytes / link.bandwidth

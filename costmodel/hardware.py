@@ -1,0 +1,148 @@
+"""What a cost model needs to know about a device: its capacity and how busy it is right now.
+
+These types live in ``costmodel`` (not ``planner``) because a cost model predicts the time of a
+layer *on a device under a load*; the planner's :class:`planner.cluster.Cluster` is built from
+them and adds the links between devices.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
+
+from costmodel.units import parse_bytes, parse_flops, parse_rate
+
+__all__ = ["Contention", "ContentionKind", "Device", "Bytes", "FlopRate", "ByteRate"]
+
+ContentionKind = Literal["compute", "memory", "mixed"]
+
+# A compute-bound co-runner still streams its operands, and a memory-bound one still issues
+# instructions: the weight, relative to a full co-runner, it puts on the *other* resource.
+_CROSS = 0.1
+
+# Fields that accept "80GiB"-style strings as well as plain numbers in base units.
+Bytes = Annotated[int, BeforeValidator(parse_bytes)]
+FlopRate = Annotated[float, BeforeValidator(parse_flops)]
+ByteRate = Annotated[float, BeforeValidator(parse_rate)]
+
+
+class Contention(BaseModel):
+    """Other work sharing a device, described the way the profiler creates it.
+
+    Either by co-runners (``corunners`` processes of a ``kind``: compute-bound dense matmul,
+    memory-bound streaming copies, or a mix) or by measured ``utilization`` (the share of the
+    device that others use, 0 ≤ u < 1).  ``Contention()`` is an idle device.
+
+    >>> Contention(corunners=1, kind="memory").shares()[1]
+    0.5
+    >>> Contention(utilization=0.25).shares()
+    (0.25, 0.25)
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    corunners: int = Field(0, ge=0, le=64, description="number of co-running processes")
+    kind: ContentionKind = Field("compute", description="character of the co-runners' work")
+    utilization: float | None = Field(
+        None, ge=0.0, lt=1.0, description="measured share of the device used by others"
+    )
+
+    @model_validator(mode="after")
+    def _one_description(self) -> Contention:
+        if self.utilization is not None and self.corunners:
+            raise ValueError("give either 'corunners' or 'utilization' for a device's load, not both")
+        return self
+
+    @classmethod
+    def parse(cls, text: str) -> Contention:
+        """Read a load as written on a command line.
+
+        ``"idle"`` or ``"0"``; ``"2xmemory"`` (two memory-bound co-runners); ``"1"`` (one
+        compute-bound co-runner); ``"0.3"`` or ``"30%"`` (utilisation).
+
+        >>> Contention.parse("2xmemory").describe(), Contention.parse("30%").describe()
+        ('2×memory', '30% used')
+        """
+        t = text.strip().lower().replace("×", "x")
+        if t in ("idle", "0", "none"):
+            return cls()
+        try:
+            if t.endswith("%"):
+                return cls(utilization=float(t[:-1]) / 100.0)
+            if "x" in t:
+                count, kind = t.split("x", 1)
+                return cls(corunners=int(count), kind=kind)  # type: ignore[arg-type]
+            if "." in t:
+                return cls(utilization=float(t))
+            return cls(corunners=int(t))
+        except ValueError as exc:
+            raise ValueError(
+                f"cannot read load {text!r}: use 'idle', a co-runner count with a kind such as "
+                f"'2xmemory' or '1xcompute', or a utilisation such as '0.3' or '30%' ({exc})"
+            ) from None
+
+    @property
+    def idle(self) -> bool:
+        return self.corunners == 0 and not self.utilization
+
+    def shares(self) -> tuple[float, float]:
+        """(compute share, memory-bandwidth share) taken by the other work, each in [0, 1).
+
+        n equal co-runners time-share a resource with the layer, so together they hold
+        n / (n + 1) of it; a co-runner of the other kind takes a small cross share.
+        """
+        if self.utilization is not None:
+            return (self.utilization, self.utilization)
+        n = self.corunners
+        if n == 0:
+            return (0.0, 0.0)
+        full = n / (n + 1)
+        cross = (n * _CROSS) / (1 + n * _CROSS)
+        if self.kind == "compute":
+            return (full, cross)
+        if self.kind == "memory":
+            return (cross, full)
+        half = (n / 2) / (n / 2 + 1)
+        return (half, half)
+
+    def describe(self) -> str:
+        if self.utilization is not None:
+            return f"{self.utilization:.0%} used"
+        if self.corunners == 0:
+            return "idle"
+        return f"{self.corunners}×{self.kind}"
+
+
+class Device(BaseModel):
+    """One accelerator (or CPU core group) that can hold a pipeline stage.
+
+    >>> Device(id="gpu0", type="A100-80GB", memory="80GiB", peak_flops="312TFLOPS",
+    ...        mem_bandwidth="2039GB/s").memory
+    85899345920
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(..., min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:\-]+$")
+    type: str = Field("generic", max_length=128, description="device model, e.g. A100-80GB")
+    host: str = Field("host0", min_length=1, max_length=128, description="machine it sits in")
+    memory: Bytes = Field(..., description="memory capacity in bytes")
+    peak_flops: FlopRate = Field(..., description="peak FLOP/s for the model's dtype")
+    mem_bandwidth: ByteRate = Field(..., description="memory bandwidth in bytes/s")
+    load: Contention = Field(default_factory=Contention, description="current contention")
+    cores: list[int] | None = Field(
+        None, description="CPU cores this device is (for CPU devices): the executor pins to them"
+    )
+
+    @model_validator(mode="after")
+    def _positive(self) -> Device:
+        for field in ("memory", "peak_flops", "mem_bandwidth"):
+            value = getattr(self, field)
+            if not value > 0:
+                raise ValueError(f"device {self.id!r}: {field} must be positive, got {value!r}")
+        return self
+
+    def with_load(self, load: Contention) -> Device:
+        """A copy of this device under another load."""
+        return self.model_copy(update={"load": load})

@@ -1,0 +1,116 @@
+"""Models reachable by name: small in-project ones, and real architectures from ``transformers``.
+
+>>> built = build_model("mlp", batch_size=4)
+>>> tuple(built.args[0].shape)
+(4, 256)
+>>> sorted(m.name for m in list_models() if m.family == "builtin")
+['inception', 'mlp', 'rescnn', 'tinygpt']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from costmodel.capture import capture
+from costmodel.graph import ModelGraph
+from costmodel.zoo.hf import HF_MODELS, build_hf
+from costmodel.zoo.small import MLP, InceptionNet, ResCNN, TinyGPT
+
+__all__ = ["ZooError", "ZooModel", "BuiltModel", "list_models", "get_model", "build_model",
+           "capture_model"]
+
+
+class ZooError(ValueError):
+    """Unknown model name or bad build options."""
+
+
+@dataclass(frozen=True)
+class BuiltModel:
+    name: str
+    model: nn.Module
+    args: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ZooModel:
+    name: str
+    family: str  # "builtin" or "transformers"
+    inputs: str  # "features", "image", "tokens"
+    description: str
+
+
+# Small models: (class, input kind, description, input builder).
+_SMALL: dict[str, tuple[Callable[[], nn.Module], str, str]] = {
+    "mlp": (MLP, "features", "5-layer MLP, 256 features in (a chain)"),
+    "rescnn": (ResCNN, "image", "residual CNN, 4 basic blocks, 32×32 images (skips)"),
+    "tinygpt": (TinyGPT, "tokens", "GPT-style decoder, 4 blocks, d=128 (attention, residuals)"),
+    "inception": (InceptionNet, "image", "Inception-style CNN, 3 four-branch modules (branches)"),
+}
+
+
+
+def list_models() -> list[ZooModel]:
+    """Every model the zoo can build, small ones first."""
+    models = [ZooModel(n, "builtin", inputs, desc) for n, (_, inputs, desc) in _SMALL.items()]
+    models += [ZooModel(n, "transformers", spec[2], spec[3]) for n, spec in HF_MODELS.items()]
+    return models
+
+
+def get_model(name: str) -> ZooModel:
+    """Look a model up by name, case-insensitively; unknown names list the valid ones."""
+    wanted = name.strip().lower()
+    for model in list_models():
+        if model.name == wanted:
+            return model
+    names = ", ".join(m.name for m in list_models())
+    raise ZooError(f"unknown model {name!r}: choose one of {names}")
+
+
+def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
+                image_size: int | None = None, seed: int = 0) -> BuiltModel:
+    """Build a zoo model with seeded random weights and an example input batch.
+
+    ``seq_len`` (token models, default 128 for transformers and 64 for tinygpt) and
+    ``image_size`` (image models, default 224 for transformers and 32 for small CNNs) shape the
+    example input; the same name, sizes and seed always give the same weights and input.
+    """
+    entry = get_model(name)
+    if batch_size < 1:
+        raise ZooError(f"batch size must be at least 1, got {batch_size}")
+    for label, value in (("seq_len", seq_len), ("image_size", image_size)):
+        if value is not None and value < 1:
+            raise ZooError(f"{label} must be at least 1, got {value}")
+    generator = torch.Generator().manual_seed(seed)
+    torch.manual_seed(seed)
+    if entry.family == "transformers":
+        model, args = build_hf(entry.name, batch_size, seq_len or 128, image_size or 224, generator)
+        return BuiltModel(entry.name, model, args)
+    factory, inputs, _ = _SMALL[entry.name]
+    model = factory().eval()
+    if inputs == "features":
+        args: tuple[Any, ...] = (torch.randn(batch_size, 256, generator=generator),)
+    elif inputs == "image":
+        size = image_size or 32
+        args = (torch.randn(batch_size, 3, size, size, generator=generator),)
+    else:
+        seq = seq_len or 64
+        if seq > 256:
+            raise ZooError(f"tinygpt supports seq_len up to 256, got {seq}")
+        args = (torch.randint(0, 512, (batch_size, seq), generator=generator),)
+    return BuiltModel(entry.name, model, args)
+
+
+def capture_model(name: str, batch_size: int = 1, *, granularity: str = "leaf",
+                  seq_len: int | None = None, image_size: int | None = None,
+                  seed: int = 0) -> ModelGraph:
+    """Build a zoo model and capture it as a :class:`ModelGraph`."""
+    built = build_model(name, batch_size, seq_len=seq_len, image_size=image_size, seed=seed)
+    graph = capture(built.model, built.args, granularity=granularity, name=built.name)
+    graph.meta.update({"zoo": built.name, "seed": seed, "seq_len": seq_len,
+                       "image_size": image_size})
+    return graph

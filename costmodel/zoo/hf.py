@@ -1,0 +1,62 @@
+"""Real architectures from ``transformers``, built from their configs with random weights.
+
+Nothing is downloaded: each model is constructed from a default config object (the published
+architecture's hyper-parameters) and initialised from the seeded RNG.  Needs the ``models`` extra.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["HF_MODELS", "build_hf"]
+
+# name -> (config class, model class, input kind, description)
+HF_MODELS: dict[str, tuple[str, str, str, str]] = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel", "tokens", "GPT-2 small (124M), LM head"),
+    "bert-base": ("BertConfig", "BertModel", "tokens", "BERT base (110M), encoder"),
+    "vit-base": ("ViTConfig", "ViTForImageClassification", "image", "ViT-B/16 (86M), 224×224"),
+    "resnet-50": ("ResNetConfig", "ResNetForImageClassification", "image", "ResNet-50 (25.6M)"),
+    "convnext-tiny": ("ConvNextConfig", "ConvNextForImageClassification", "image",
+                      "ConvNeXt-T (28.6M)"),
+}
+
+
+def _first_output(model: nn.Module) -> nn.Module:
+    """Make ``model`` return its first output tensor (the logits) instead of a ModelOutput.
+
+    The instance's class is swapped for a subclass rather than wrapped in another module, so module
+    paths stay those of the architecture (``transformer.h.0``, not ``model.transformer.h.0``).
+    """
+    base = type(model)
+
+    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return base.forward(self, x)[0]
+
+    model.__class__ = type(base.__name__, (base,), {"forward": forward, "__module__": base.__module__})
+    return model
+
+
+def build_hf(name: str, batch_size: int, seq_len: int, image_size: int,
+             generator: torch.Generator) -> tuple[nn.Module, tuple[Any, ...]]:
+    try:
+        import transformers
+    except ImportError as exc:  # pragma: no cover - depends on the installed extras
+        raise ImportError(
+            f"model {name!r} needs the 'transformers' package: pip install 'pipeplan[models]'"
+        ) from exc
+    config_cls, model_cls, inputs, _ = HF_MODELS[name]
+    kwargs: dict[str, Any] = {}
+    if inputs == "image":
+        kwargs["image_size"] = image_size
+    config = getattr(transformers, config_cls)(**kwargs)
+    config.use_cache = False  # inference of a whole sequence: no KV cache in the graph
+    model = getattr(transformers, model_cls)(config)
+    model.eval()
+    if inputs == "tokens":
+        x = torch.randint(0, config.vocab_size, (batch_size, seq_len), generator=generator)
+    else:
+        x = torch.randn(batch_size, 3, image_size, image_size, generator=generator)
+    return _first_output(model), (x,)

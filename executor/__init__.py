@@ -1,0 +1,1 @@
+"""Runs a pipeplan plan as pipelined inference (torch.distributed.pipelining); see issue #5."""

@@ -1,0 +1,225 @@
+"""The ``pipeplan`` command line.
+
+Each subcommand is one function; heavy imports (torch, transformers) happen inside them so that
+``pipeplan --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from costmodel.graph import ModelGraph
+    from planner.cluster import Cluster
+
+__all__ = ["main"]
+
+DEMO_MODEL = "gpt2"
+DEMO_CLUSTER = "hetero-a100-t4"
+
+_EPILOG = """\
+examples:
+  pipeplan models                                   the models pipeplan can build by name
+  pipeplan graph tinygpt --batch 8                  per-layer FLOPs, bytes, intensity, params
+  pipeplan graph gpt2 --granularity block --json gpt2.json
+  pipeplan cluster hetero-a100-t4                   a cluster's devices and links
+  pipeplan costs resnet-50 --cluster 4xa100-nvlink --load gpu1=2xmemory
+  pipeplan demo                                     all of the above on the defaults
+
+MODEL is a zoo name (see `pipeplan models`) or a graph saved with --json.
+SPEC is a built-in cluster name (see `pipeplan cluster --list`) or a YAML/JSON file.
+"""
+
+
+class CliError(Exception):
+    """A user mistake: printed as one line, exit status 2."""
+
+
+def _console():  # type: ignore[no-untyped-def]
+    from rich.console import Console
+
+    console = Console()
+    # Piped output (CI logs, `| less`) gets rich's 80 columns otherwise, which folds every name.
+    return console if console.is_terminal else Console(width=150)
+
+
+def _add_model_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", metavar="MODEL", help="zoo model name, or a graph JSON file")
+    p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size (default 1)")
+    p.add_argument("--granularity", default="leaf", metavar="G",
+                   help="leaf (default), block, or depth:N — what one layer is")
+    p.add_argument("--seq-len", type=int, metavar="T", help="tokens per sequence (token models)")
+    p.add_argument("--image-size", type=int, metavar="S", help="image side in pixels (image models)")
+
+
+def _graph(args: argparse.Namespace) -> ModelGraph:
+    from costmodel.graph import ModelGraph
+    from costmodel.zoo import capture_model
+
+    if args.model.endswith(".json") or Path(args.model).is_file():
+        return ModelGraph.load(args.model)
+    return capture_model(args.model, args.batch, granularity=args.granularity,
+                         seq_len=args.seq_len, image_size=args.image_size)
+
+
+def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
+    from costmodel.hardware import Contention
+    from planner.cluster import load_cluster
+
+    cluster = load_cluster(spec)
+    for item in loads:
+        device, sep, level = item.partition("=")
+        if not sep:
+            raise CliError(f"--load {item!r}: write DEVICE=LEVEL, e.g. gpu1=2xmemory")
+        cluster = cluster.with_load(device.strip(), Contention.parse(level))
+    return cluster
+
+
+def cmd_models(args: argparse.Namespace) -> None:
+    from rich.table import Table
+
+    from costmodel.zoo import list_models
+
+    table = Table(title="model zoo (random weights, nothing downloaded)", title_justify="left")
+    for col in ("name", "family", "input", "description"):
+        table.add_column(col)
+    for m in list_models():
+        table.add_row(m.name, m.family, m.inputs, m.description)
+    _console().print(table)
+
+
+def cmd_graph(args: argparse.Namespace) -> None:
+    from pipeplan.render import graph_table
+
+    graph = _graph(args)
+    _console().print(graph_table(graph, top=args.top))
+    if args.json:
+        graph.save(args.json)
+        _console().print(f"graph written to {args.json}")
+
+
+def cmd_cluster(args: argparse.Namespace) -> None:
+    from planner.cluster import builtin_clusters
+    from pipeplan.render import cluster_table, links_table
+
+    if args.list or not args.spec:
+        _console().print("built-in clusters: " + ", ".join(builtin_clusters()))
+        return
+    cluster = _cluster(args.spec, args.load)
+    console = _console()
+    console.print(cluster_table(cluster))
+    console.print(links_table(cluster))
+    if args.json:
+        import json
+
+        Path(args.json).write_text(json.dumps(cluster.to_dict(), indent=1))
+        console.print(f"cluster written to {args.json}")
+
+
+def cmd_costs(args: argparse.Namespace) -> None:
+    from costmodel.analytic import RooflineModel
+    from pipeplan.render import device_times_table, layer_times_table
+
+    graph = _graph(args)
+    cluster = _cluster(args.cluster, args.load)
+    model = RooflineModel()
+    console = _console()
+    if not args.summary:
+        console.print(layer_times_table(graph, cluster, model))
+    console.print(device_times_table(graph, cluster, model))
+
+
+def cmd_demo(args: argparse.Namespace) -> None:
+    from pipeplan.render import cluster_table, device_times_table, graph_table, layer_times_table
+    from costmodel.analytic import RooflineModel
+    from costmodel.zoo import capture_model
+
+    console = _console()
+    console.rule(f"pipeplan demo: {args.model} on {args.cluster}")
+    console.print(f"capturing {args.model} (batch {args.batch}, {args.granularity} granularity) "
+                  "with torch.export …")
+    graph = capture_model(args.model, args.batch, granularity=args.granularity)
+    console.print(graph_table(graph))
+    cluster = _cluster(args.cluster, args.load)
+    console.print(cluster_table(cluster))
+    model = RooflineModel()
+    console.print(layer_times_table(graph, cluster, model))
+    console.print(device_times_table(graph, cluster, model))
+    console.print("next: the planner splits these layers into pipeline stages across the devices "
+                  "(pipeplan plan, coming with the planner).")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="pipeplan",
+        description="Plan how to split a DNN model across busy GPUs, and check the plan for real.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and details")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("models", help="list the model zoo")
+    p.set_defaults(func=cmd_models)
+
+    p = sub.add_parser("graph", help="capture a model and print its per-layer table",
+                       description="Capture MODEL with torch.export and print one row per layer: "
+                       "FLOPs, bytes moved, arithmetic intensity, parameters, activations.")
+    _add_model_args(p)
+    p.add_argument("--json", metavar="OUT", help="also save the graph as versioned JSON")
+    p.add_argument("--top", type=int, metavar="K", help="show only the K layers with most FLOPs")
+    p.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("cluster", help="show a cluster spec: devices, loads and links")
+    p.add_argument("spec", nargs="?", metavar="SPEC", help="built-in name or YAML/JSON file")
+    p.add_argument("--list", action="store_true", help="list the built-in clusters")
+    p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
+                   help="set a device's load: idle, 2xmemory, 1xcompute, 0.3, 30%% (repeatable)")
+    p.add_argument("--json", metavar="OUT", help="write the expanded spec (every link) as JSON")
+    p.set_defaults(func=cmd_cluster)
+
+    p = sub.add_parser("costs", help="analytic time of every layer on every device of a cluster",
+                       description="Predict each layer's time on each device under its current "
+                       "load with the roofline cost model, and the whole model on each device.")
+    _add_model_args(p)
+    p.add_argument("--cluster", required=True, metavar="SPEC", help="built-in name or file")
+    p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
+                   help="override a device's load (repeatable)")
+    p.add_argument("--summary", action="store_true", help="only the per-device totals")
+    p.set_defaults(func=cmd_costs)
+
+    p = sub.add_parser("demo", help="the main job on built-in defaults",
+                       description=f"Capture {DEMO_MODEL} and predict its layers' times on the "
+                       f"{DEMO_CLUSTER} cluster, with one device busy.")
+    p.add_argument("--model", default=DEMO_MODEL)
+    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--granularity", default="block")
+    p.add_argument("--cluster", default=DEMO_CLUSTER)
+    p.add_argument("--load", action="append", default=["gpu2=1xcompute"], metavar="DEV=LEVEL")
+    p.set_defaults(func=cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    from costmodel.capture import CaptureError
+    from costmodel.graph import GraphError
+    from costmodel.zoo import ZooError
+    from planner.cluster import ClusterError
+
+    try:
+        args.func(args)
+    except (CliError, CaptureError, GraphError, ZooError, ClusterError, ValueError) as exc:
+        print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Rich tables for the CLI: a graph's layers, a cluster's devices, analytic times per device."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from costmodel.base import CostModel
+from costmodel.graph import Layer, ModelGraph
+from costmodel.hardware import Contention
+from costmodel.units import format_bytes, format_flops, format_seconds
+from planner.cluster import Cluster
+
+__all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table"]
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}"
+
+
+def graph_table(graph: ModelGraph, top: int | None = None) -> Table:
+    """One row per layer (topological order), or the ``top`` layers with the most FLOPs."""
+    layers: list[Layer] = graph.layers
+    title = (f"{graph.model} · batch {graph.batch_size} · {graph.granularity} granularity · "
+             f"{len(graph)} layers, {graph.nx.number_of_edges()} edges")
+    if top is not None and top < len(layers):
+        layers = sorted(layers, key=lambda lay: -lay.flops)[:top]
+        title += f" · top {top} by FLOPs"
+    table = Table(title=title, title_justify="left", show_footer=True)
+    table.add_column("#", justify="right", footer="")
+    table.add_column("layer", footer="total", overflow="fold")
+    table.add_column("kind")
+    table.add_column("output", overflow="fold")
+    table.add_column("FLOPs", justify="right", footer=format_flops(graph.total_flops))
+    traffic = sum(lay.bytes_read + lay.bytes_written for lay in graph.layers)
+    table.add_column("bytes moved", justify="right", footer=format_bytes(traffic))
+    table.add_column("FLOP/B", justify="right",
+                     footer=f"{graph.total_flops / traffic:.1f}" if traffic else "0")
+    table.add_column("params", justify="right", footer=format_bytes(graph.total_param_bytes))
+    table.add_column("activations", justify="right")
+    for lay in layers:
+        shape = "×".join(map(str, lay.output_shapes[0])) if lay.output_shapes else ""
+        if len(lay.output_shapes) > 1:
+            shape += f" (+{len(lay.output_shapes) - 1})"
+        table.add_row(str(lay.order), lay.name, lay.kind, shape, format_flops(lay.flops),
+                      format_bytes(lay.bytes_read + lay.bytes_written), f"{lay.intensity:.1f}",
+                      format_bytes(lay.param_bytes), format_bytes(lay.activation_bytes))
+    return table
+
+
+def cluster_table(cluster: Cluster) -> Table:
+    table = Table(title=f"cluster {cluster.name}: {cluster.description}", title_justify="left")
+    for col in ("device", "type", "host", "memory", "peak", "bandwidth", "load"):
+        table.add_column(col, justify="right" if col in ("memory", "peak", "bandwidth") else "left")
+    for d in cluster.devices:
+        table.add_row(d.id, d.type, d.host, format_bytes(d.memory),
+                      format_flops(d.peak_flops) + "/s", format_bytes(d.mem_bandwidth) + "/s",
+                      d.load.describe())
+    return table
+
+
+def links_table(cluster: Cluster) -> Table:
+    ids = [d.id for d in cluster.devices]
+    table = Table(title="links: bandwidth / latency", title_justify="left")
+    table.add_column("")
+    for i in ids:
+        table.add_column(i, justify="right")
+    for a in ids:
+        row = []
+        for b in ids:
+            link = cluster.link(a, b)
+            row.append("—" if a == b else
+                       f"{format_bytes(link.bandwidth)}/s / {format_seconds(link.latency)}")
+        table.add_row(a, *row)
+    return table
+
+
+def device_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) -> Table:
+    """The whole model on each device alone: time under its current load, idle, and memory."""
+    table = Table(title=f"{graph.model} on each device of {cluster.name} ({model.name} cost model)",
+                  title_justify="left")
+    for col in ("device", "type", "load", "time (idle)", "time (now)", "slowdown",
+                "compute-bound", "memory", "fits"):
+        table.add_column(col, justify="left" if col in ("device", "type", "load") else "right")
+    need = sum(model.layer_memory(lay).params + model.layer_memory(lay).activations
+               for lay in graph.layers)
+    for d in cluster.devices:
+        idle = sum(model.layer_time(lay, d, Contention()) for lay in graph.layers)
+        now = sum(model.layer_time(lay, d) for lay in graph.layers)
+        bound = sum(1 for lay in graph.layers if lay.flops / d.peak_flops >=
+                    (lay.bytes_read + lay.bytes_written) / d.mem_bandwidth and lay.flops > 0)
+        table.add_row(d.id, d.type, d.load.describe(), format_seconds(idle), format_seconds(now),
+                      f"{now / idle:.2f}×" if idle else "—", f"{bound}/{len(graph)} layers",
+                      format_bytes(need), "yes" if need <= d.memory else "[red]no[/red]")
+    return table
+
+
+def layer_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) -> Table:
+    """Predicted time of every layer on every device under its current load."""
+    table = Table(title=f"per-layer time under current load ({model.name})", title_justify="left",
+                  show_footer=True)
+    table.add_column("layer", footer="total", overflow="fold")
+    totals = {d.id: 0.0 for d in cluster.devices}
+    rows = []
+    for lay in graph.layers:
+        times = [model.layer_time(lay, d) for d in cluster.devices]
+        for d, t in zip(cluster.devices, times):
+            totals[d.id] += t
+        rows.append([lay.name, *map(format_seconds, times)])
+    for d in cluster.devices:
+        table.add_column(f"{d.id}\n{d.load.describe()}", justify="right",
+                         footer=format_seconds(totals[d.id]))
+    for row in rows:
+        table.add_row(*row)
+    return table
