@@ -204,7 +204,8 @@ def capture(
 
     # -- placeholders: parameters, buffers and constants versus the model's inputs ----------
     placeholder_kind = {}
-    for spec, n in zip(ep.graph_signature.input_specs, (n for n in graph_nodes if n.op == "placeholder")):
+    placeholders = [n for n in graph_nodes if n.op == "placeholder"]
+    for spec, n in zip(ep.graph_signature.input_specs, placeholders, strict=True):
         placeholder_kind[n.name] = "input" if spec.kind == InputKind.USER_INPUT else "param"
 
     # -- assign every operator to a group ---------------------------------------------------
@@ -245,7 +246,7 @@ def capture(
     for g in groups:
         if not g.functional:
             calls[g.path].append(g)
-    for path, gs in calls.items():
+    for gs in calls.values():
         for g in gs[1:]:
             saved = dict(uf.parent)
             uf.union(gs[0].gid, g.gid)
@@ -268,7 +269,7 @@ def capture(
     # -- attach zero-FLOP functional glue to its only producer or only consumer -------------
     q = quotient()
     for g in groups:
-        if not g.functional or uf.find(g.gid) != g.gid or sum(stats[n.name].flops for n in g.ops):
+        if not g.functional or uf.find(g.gid) != g.gid or flops[g.gid] > 0:
             continue
         preds, succs = list(q.predecessors(g.gid)), list(q.successors(g.gid))
         target = preds[0] if len(preds) == 1 else succs[0] if not preds and len(succs) == 1 else None
@@ -386,7 +387,7 @@ def _distinct_bytes(tensors: Any) -> int:
     seen: dict[tuple[int, int], int] = {}
     for t in tensors:
         if isinstance(t, torch.Tensor):
-            key = (t.untyped_storage().data_ptr(), t.storage_offset()) if t.numel() else (id(t), 0)
+            key = (t.untyped_storage().data_ptr(), int(t.storage_offset())) if t.numel() else (id(t), 0)
             seen[key] = tensor_bytes(t)
     return sum(seen.values())
 

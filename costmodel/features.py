@@ -23,8 +23,15 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["OpStats", "KINDS", "op_stats", "op_kind", "module_kind", "tensor_bytes",
-           "register_extra_flop_formulas"]
+__all__ = [
+    "KINDS",
+    "OpStats",
+    "module_kind",
+    "op_kind",
+    "op_stats",
+    "register_extra_flop_formulas",
+    "tensor_bytes",
+]
 
 KINDS = (
     "linear", "conv", "matmul", "attention", "layernorm", "batchnorm", "activation", "softmax",

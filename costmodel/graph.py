@@ -10,6 +10,7 @@ The JSON schema is documented in ``docs/graph-format.md``.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 from collections.abc import Iterator, Mapping
@@ -178,7 +179,7 @@ class ModelGraph:
         """True when the layers form a single path (no branches, no skips)."""
         order = [layer.name for layer in self.layers]
         return self.nx.number_of_edges() == len(order) - 1 and all(
-            self.nx.has_edge(a, b) for a, b in zip(order, order[1:])
+            self.nx.has_edge(a, b) for a, b in itertools.pairwise(order)
         )
 
     def validate(self) -> None:
@@ -189,7 +190,7 @@ class ModelGraph:
             cycle = nx.find_cycle(self.nx)
             path = " -> ".join([u for u, _ in cycle] + [cycle[0][0]])
             raise GraphError(f"graph has a cycle: {path}")
-        orders = {}
+        orders: dict[int, str] = {}
         for layer in self.layers:
             for name in _INT_FIELDS:
                 value = getattr(layer, name)
@@ -245,8 +246,11 @@ class ModelGraph:
             if key not in doc:
                 raise GraphError(f"graph is missing field {key!r}")
         batch = doc["batch_size"]
-        if not isinstance(batch, int) or batch <= 0:
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch <= 0:
             raise GraphError(f"batch_size must be a positive integer, got {batch!r}")
+        meta = doc.get("meta") or {}
+        if not isinstance(meta, dict):
+            raise GraphError(f"meta must be an object, got {type(meta).__name__}")
         graph = cls(
             model=str(doc["model"]),
             batch_size=batch,
@@ -254,7 +258,7 @@ class ModelGraph:
             inputs=[_tensor(t, "inputs") for t in _list(doc.get("inputs", []), "inputs")],
             outputs=[_tensor(t, "outputs") for t in _list(doc.get("outputs", []), "outputs")],
             total_param_bytes=_opt_nonneg(doc.get("total_param_bytes"), "total_param_bytes"),
-            meta=doc.get("meta") or {},
+            meta=meta,
         )
         for i, raw in enumerate(_list(doc["layers"], "layers")):
             graph.add_layer(_layer(raw, i))
@@ -266,7 +270,8 @@ class ModelGraph:
                     raise GraphError(f"edges[{i}] is missing field {key!r}")
             nbytes = raw["bytes"]
             if not isinstance(nbytes, int) or isinstance(nbytes, bool) or nbytes < 0:
-                raise GraphError(f"edges[{i}] ({raw['src']} -> {raw['dst']}): bytes must be a non-negative integer, got {nbytes!r}")
+                raise GraphError(f"edges[{i}] ({raw['src']} -> {raw['dst']}): "
+                                 f"bytes must be a non-negative integer, got {nbytes!r}")
             graph.add_edge(str(raw["src"]), str(raw["dst"]), nbytes)
         graph.validate()
         return graph
@@ -338,6 +343,9 @@ def _layer(raw: Any, index: int) -> Layer:
     for key in _STR_FIELDS + _INT_FIELDS:
         if key not in raw:
             raise GraphError(f"layer {name!r} is missing field {key!r}")
+    for key in _STR_FIELDS:
+        if not isinstance(raw[key], str) or not raw[key]:
+            raise GraphError(f"layer {name!r}: {key} must be a non-empty string, got {raw[key]!r}")
     for key in _INT_FIELDS:
         value = raw[key]
         if isinstance(value, float) and math.isfinite(value) and value.is_integer():

@@ -13,7 +13,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from costmodel.units import parse_bytes, parse_flops, parse_rate
 
-__all__ = ["Contention", "ContentionKind", "Device", "Bytes", "FlopRate", "ByteRate"]
+__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate"]
 
 ContentionKind = Literal["compute", "memory", "mixed"]
 
@@ -72,7 +72,7 @@ class Contention(BaseModel):
                 return cls(utilization=float(t[:-1]) / 100.0)
             if "x" in t:
                 count, kind = t.split("x", 1)
-                return cls(corunners=int(count), kind=kind)  # type: ignore[arg-type]
+                return cls(corunners=int(count), kind=kind)
             if "." in t:
                 return cls(utilization=float(t))
             return cls(corunners=int(t))

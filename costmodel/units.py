@@ -14,10 +14,19 @@ taken as already in base units (bytes, FLOP/s, bytes/s, seconds).
 
 from __future__ import annotations
 
+import math
 import re
 
-__all__ = ["UnitError", "parse_bytes", "parse_flops", "parse_rate", "parse_seconds", "format_bytes",
-           "format_flops", "format_seconds"]
+__all__ = [
+    "UnitError",
+    "format_bytes",
+    "format_flops",
+    "format_seconds",
+    "parse_bytes",
+    "parse_flops",
+    "parse_rate",
+    "parse_seconds",
+]
 
 
 class UnitError(ValueError):
@@ -46,23 +55,31 @@ def _scale(prefix: str, text: str, what: str) -> float:
     raise UnitError(f"unknown unit prefix {prefix!r} in {text!r} for {what}")
 
 
+def _finite(result: float, value: object, what: str) -> float:
+    if not math.isfinite(result):
+        raise UnitError(f"{what} must be a finite number, got {value!r}")
+    return result
+
+
 def _quantity(value: float | int | str, suffixes: tuple[str, ...], what: str) -> float:
     if isinstance(value, bool):
         raise UnitError(f"{what} must be a number or a string with a unit, not {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _finite(float(value), value, what)
+    if not isinstance(value, str):
+        raise UnitError(f"{what} must be a number or a string with a unit, not {value!r}")
     number, unit = _split(value)
     for suffix in suffixes:
         if unit.endswith(suffix):
-            return number * _scale(unit[: len(unit) - len(suffix)], value, what)
+            return _finite(number * _scale(unit[: len(unit) - len(suffix)], value, what), value, what)
     if unit == "":
-        return number
+        return _finite(number, value, what)
     raise UnitError(f"cannot read {what} {value!r}: unit must end in one of {', '.join(suffixes)}")
 
 
 def parse_bytes(value: float | int | str) -> int:
     """Bytes from ``"16GiB"``, ``"512MB"``, ``"1e9"`` or a number."""
-    return int(round(_quantity(value, ("B",), "a size in bytes")))
+    return round(_quantity(value, ("B",), "a size in bytes"))
 
 
 def parse_flops(value: float | int | str) -> float:
@@ -84,21 +101,30 @@ def parse_seconds(value: float | int | str) -> float:
     if isinstance(value, bool):
         raise UnitError(f"a duration must be a number or a string with a unit, not {value!r}")
     if isinstance(value, (int, float)):
-        return float(value)
+        return _finite(float(value), value, "a duration")
+    if not isinstance(value, str):
+        raise UnitError(f"a duration must be a number or a string with a unit, not {value!r}")
     number, unit = _split(value)
     if unit == "":
-        return number
+        return _finite(number, value, "a duration")
     if unit not in _TIME:
         raise UnitError(f"cannot read duration {value!r}: unit must be one of {', '.join(_TIME)}")
     return number / _TIME[unit]
 
 
+def _three_digits(value: float) -> str:
+    """Three significant digits without switching to 1e+03 notation."""
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.3g}"
+
+
 def _human(value: float, units: tuple[str, ...], base: float) -> str:
     for unit in units[:-1]:
         if abs(value) < base:
-            return f"{value:.3g} {unit}"
+            return f"{_three_digits(value)} {unit}"
         value /= base
-    return f"{value:.3g} {units[-1]}"
+    return f"{_three_digits(value)} {units[-1]}"
 
 
 def format_bytes(n: float) -> str:
@@ -117,5 +143,5 @@ def format_seconds(t: float) -> str:
         return "0 s"
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if abs(t) >= scale:
-            return f"{t / scale:.3g} {unit}"
-    return f"{t / 1e-9:.3g} ns"
+            return f"{_three_digits(t / scale)} {unit}"
+    return f"{_three_digits(t / 1e-9)} ns"

@@ -14,6 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from rich.console import Console
+
     from costmodel.graph import ModelGraph
     from planner.cluster import Cluster
 
@@ -40,7 +42,7 @@ class CliError(Exception):
     """A user mistake: printed as one line, exit status 2."""
 
 
-def _console():  # type: ignore[no-untyped-def]
+def _console() -> Console:
     from rich.console import Console
 
     console = Console()
@@ -104,8 +106,8 @@ def cmd_graph(args: argparse.Namespace) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> None:
-    from planner.cluster import builtin_clusters
     from pipeplan.render import cluster_table, links_table
+    from planner.cluster import builtin_clusters
 
     if args.list or not args.spec:
         _console().print("built-in clusters: " + ", ".join(builtin_clusters()))
@@ -135,9 +137,9 @@ def cmd_costs(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from pipeplan.render import cluster_table, device_times_table, graph_table, layer_times_table
     from costmodel.analytic import RooflineModel
     from costmodel.zoo import capture_model
+    from pipeplan.render import cluster_table, device_times_table, graph_table, layer_times_table
 
     console = _console()
     console.rule(f"pipeplan demo: {args.model} on {args.cluster}")

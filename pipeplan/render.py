@@ -103,7 +103,7 @@ def layer_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) -> 
     rows = []
     for lay in graph.layers:
         times = [model.layer_time(lay, d) for d in cluster.devices]
-        for d, t in zip(cluster.devices, times):
+        for d, t in zip(cluster.devices, times, strict=True):
             totals[d.id] += t
         rows.append([lay.name, *map(format_seconds, times)])
     for d in cluster.devices:

@@ -21,8 +21,15 @@ from costmodel.graph import ModelGraph
 from costmodel.zoo.hf import HF_MODELS, build_hf
 from costmodel.zoo.small import MLP, InceptionNet, ResCNN, TinyGPT
 
-__all__ = ["ZooError", "ZooModel", "BuiltModel", "list_models", "get_model", "build_model",
-           "capture_model"]
+__all__ = [
+    "BuiltModel",
+    "ZooError",
+    "ZooModel",
+    "build_model",
+    "capture_model",
+    "get_model",
+    "list_models",
+]
 
 
 class ZooError(ValueError):
@@ -88,8 +95,8 @@ def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
     if entry.family == "transformers":
-        model, args = build_hf(entry.name, batch_size, seq_len or 128, image_size or 224, generator)
-        return BuiltModel(entry.name, model, args)
+        hf_model, hf_args = build_hf(entry.name, batch_size, seq_len or 128, image_size or 224, generator)
+        return BuiltModel(entry.name, hf_model, hf_args)
     factory, inputs, _ = _SMALL[entry.name]
     model = factory().eval()
     if inputs == "features":

@@ -50,7 +50,9 @@ def build_hf(name: str, batch_size: int, seq_len: int, image_size: int,
     config_cls, model_cls, inputs, _ = HF_MODELS[name]
     kwargs: dict[str, Any] = {}
     if inputs == "image":
-        kwargs["image_size"] = image_size
+        kwargs["num_labels"] = 1000  # ImageNet head, as published (configs default to 2)
+        if config_cls == "ViTConfig":
+            kwargs["image_size"] = image_size
     config = getattr(transformers, config_cls)(**kwargs)
     config.use_cache = False  # inference of a whole sequence: no KV cache in the graph
     model = getattr(transformers, model_cls)(config)

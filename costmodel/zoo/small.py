@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MLP", "ResCNN", "TinyGPT", "InceptionNet"]
+__all__ = ["MLP", "InceptionNet", "ResCNN", "TinyGPT"]
 
 
 class MLP(nn.Module):

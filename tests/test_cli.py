@@ -1,0 +1,92 @@
+"""The command line as a user runs it: a real `pipeplan` process, its output and exit status."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from costmodel.graph import ModelGraph
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pipeplan", *args], capture_output=True, text=True,
+                          timeout=300)
+
+
+@pytest.mark.slow
+def test_demo_prints_graph_table_and_device_times() -> None:
+    """`make demo` runs `pipeplan demo`: GPT-2 by blocks on the heterogeneous cluster."""
+    result = run("demo")
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "gpt2 · batch 1 · block granularity · 20 layers" in out
+    for name in ("transformer.wte", "transformer.h.0", "transformer.h.11", "lm_head"):
+        assert name in out
+    assert "32.2 GFLOP" in out  # GPT-2 small, 128 tokens
+    assert "cluster hetero-a100-t4" in out and "1×compute" in out
+    assert "per-layer time under current load (analytic)" in out
+    # the busy T4 is slower than the idle one, and both fit the model
+    rows = {line.split("│")[1].strip(): line for line in out.splitlines()
+            if line.startswith("│ gpu") and "layers" in line}
+    assert set(rows) == {"gpu0", "gpu1", "gpu2", "gpu3"}
+    assert "1.00×" in rows["gpu3"] and "1.00×" not in rows["gpu2"]
+
+
+def test_help_lists_commands() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    for command in ("models", "graph", "cluster", "costs", "demo"):
+        assert command in result.stdout
+
+
+def test_graph_table_and_json(tmp_path: Path) -> None:
+    out = tmp_path / "mlp.json"
+    result = run("graph", "mlp", "--batch", "2", "--json", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "mlp · batch 2 · leaf granularity · 9 layers, 8 edges" in result.stdout
+    assert "net.8" in result.stdout and "total" in result.stdout
+    graph = ModelGraph.load(out)
+    assert graph.model == "mlp" and len(graph) == 9
+    assert json.loads(out.read_text())["version"] == 1
+    # a saved graph is a MODEL too
+    again = run("costs", str(out), "--cluster", "local-cpu", "--summary")
+    assert again.returncode == 0, again.stderr
+    assert "cpu0" in again.stdout and "cpu1" in again.stdout
+
+
+def test_cluster_list_and_show() -> None:
+    listed = run("cluster", "--list")
+    assert listed.returncode == 0
+    for name in ("4xa100-nvlink", "8gpu-2hosts", "hetero-a100-t4", "local-cpu"):
+        assert name in listed.stdout
+    shown = run("cluster", "local-cpu", "--load", "cpu1=2xmemory")
+    assert shown.returncode == 0, shown.stderr
+    assert "2×memory" in shown.stdout and "links: bandwidth / latency" in shown.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (("graph", "nosuchmodel"), "unknown model 'nosuchmodel'"),
+    (("graph", "mlp", "--granularity", "depth:0"), "unknown granularity"),
+    (("costs", "mlp", "--cluster", "nosuchcluster"), "nosuchcluster"),
+    (("cluster", "local-cpu", "--load", "cpu9=1"), "cpu9"),
+    (("cluster", "local-cpu", "--load", "cpu1=lots"), "cannot read load 'lots'"),
+    (("cluster", "local-cpu", "--load", "cpu1"), "DEVICE=LEVEL"),
+])
+def test_bad_input_is_one_clear_line_and_status_2(args: tuple[str, ...], message: str,
+                                                  tmp_path: Path) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_malformed_graph_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"format": "pipeplan.graph", "version": 7}')
+    result = run("graph", str(bad))
+    assert result.returncode == 2
+    assert "unknown graph version 7" in result.stderr and str(bad) in result.stderr
