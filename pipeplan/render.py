@@ -81,8 +81,8 @@ def device_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) ->
     for col in ("device", "type", "load", "time (idle)", "time (now)", "slowdown",
                 "compute-bound", "memory", "fits"):
         table.add_column(col, justify="left" if col in ("device", "type", "load") else "right")
-    need = sum(model.layer_memory(lay).params + model.layer_memory(lay).activations
-               for lay in graph.layers)
+    # the whole model on one device: each distinct weight once (tied weights are shared)
+    need = graph.total_param_bytes + sum(model.layer_memory(lay).activations for lay in graph.layers)
     for d in cluster.devices:
         idle = sum(model.layer_time(lay, d, Contention()) for lay in graph.layers)
         now = sum(model.layer_time(lay, d) for lay in graph.layers)
