@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
     from costmodel.graph import ModelGraph
     from planner.cluster import Cluster
+    from planner.ilp import SolverOptions
+    from planner.problem import Problem
 
 __all__ = ["main"]
 
@@ -31,6 +33,8 @@ examples:
   pipeplan graph gpt2 --granularity block --json gpt2.json
   pipeplan cluster hetero-a100-t4                   a cluster's devices and links
   pipeplan costs resnet-50 --cluster 4xa100-nvlink --load gpu1=2xmemory
+  pipeplan plan gpt2 --granularity block --cluster hetero-a100-t4 --out plan.json
+  pipeplan compare resnet-50 --cluster 8gpu-2hosts --comm serial --png cmp.png
   pipeplan demo                                     all of the above on the defaults
 
 MODEL is a zoo name (see `pipeplan models`) or a graph saved with --json.
@@ -57,6 +61,25 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
                    help="leaf (default), block, or depth:N — what one layer is")
     p.add_argument("--seq-len", type=int, metavar="T", help="tokens per sequence (token models)")
     p.add_argument("--image-size", type=int, metavar="S", help="image side in pixels (image models)")
+
+
+def _add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cluster", required=True, metavar="SPEC", help="built-in name or YAML/JSON file")
+    p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
+                   help="override a device's current load, e.g. gpu1=2xmemory (repeatable)")
+    p.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
+                   help="minimise the bottleneck stage (default) or the end-to-end latency")
+    p.add_argument("--comm", choices=("overlap", "serial"), default="overlap",
+                   help="a stage's time is max(compute, recv, send) (default) or their sum")
+    p.add_argument("--microbatches", type=int, default=4, metavar="M", help="microbatches per batch (4)")
+    p.add_argument("--min-throughput", type=float, metavar="X",
+                   help="with --objective latency: at least X samples/s")
+    p.add_argument("--max-devices", type=int, metavar="N", help="use at most N devices")
+    p.add_argument("--memory-margin", type=float, default=0.1, metavar="F",
+                   help="share of each device's memory left free (0.1)")
+    p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
+    p.add_argument("--workers", type=int, metavar="N", help="solver threads (default: all cores)")
+    p.add_argument("--seed", type=int, default=0, help="solver seed (0)")
 
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
@@ -136,10 +159,50 @@ def cmd_costs(args: argparse.Namespace) -> None:
     console.print(device_times_table(graph, cluster, model))
 
 
+def _problem(args: argparse.Namespace, graph: ModelGraph | None = None) -> tuple[Problem, SolverOptions]:
+    from costmodel.analytic import RooflineModel
+    from planner.ilp import SolverOptions
+    from planner.problem import PlanOptions, Problem
+
+    options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
+                          min_throughput=args.min_throughput, max_devices=args.max_devices,
+                          memory_margin=args.memory_margin)
+    problem = Problem(graph or _graph(args), _cluster(args.cluster, args.load), RooflineModel(), options)
+    return problem, SolverOptions(time_limit=args.time_limit, workers=args.workers, seed=args.seed)
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    from pipeplan.render import plan_table
+    from planner.ilp import solve
+
+    problem, solver = _problem(args)
+    console = _console()
+    console.print(f"solving: {problem.n_layers} layers on {problem.n_devices} devices, "
+                  f"time limit {solver.time_limit:g}s …")
+    plan = solve(problem, solver)
+    console.print(plan_table(plan))
+    if args.out:
+        plan.save(args.out)
+        console.print(f"plan written to {args.out}")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    from planner.compare import compare, comparison_table, plot_comparison
+
+    problem, solver = _problem(args)
+    console = _console()
+    console.print(f"planning {problem.graph.model} ({problem.n_layers} layers) on {problem.cluster.name} "
+                  f"with the ILP and every baseline …")
+    comp = compare(problem, solver)
+    console.print(comparison_table(comp))
+    png = args.png or f"compare-{problem.graph.model}-{problem.cluster.name}.png"
+    console.print(f"Gantt charts and memory per device written to {plot_comparison(comp, png)}")
+
+
 def cmd_demo(args: argparse.Namespace) -> None:
     from costmodel.analytic import RooflineModel
     from costmodel.zoo import capture_model
-    from pipeplan.render import cluster_table, device_times_table, graph_table, layer_times_table
+    from pipeplan.render import cluster_table, device_times_table, graph_table
 
     console = _console()
     console.rule(f"pipeplan demo: {args.model} on {args.cluster}")
@@ -150,10 +213,19 @@ def cmd_demo(args: argparse.Namespace) -> None:
     cluster = _cluster(args.cluster, args.load)
     console.print(cluster_table(cluster))
     model = RooflineModel()
-    console.print(layer_times_table(graph, cluster, model))
     console.print(device_times_table(graph, cluster, model))
-    console.print("next: the planner splits these layers into pipeline stages across the devices "
-                  "(pipeplan plan, coming with the planner).")
+    from pipeplan.render import plan_table
+    from planner.compare import compare, comparison_table, plot_comparison
+    from planner.ilp import SolverOptions
+    from planner.problem import PlanOptions, Problem
+
+    problem = Problem(graph, cluster, model, PlanOptions(microbatches=args.microbatches))
+    console.print(f"planning with the ILP (CP-SAT) and every baseline, {args.microbatches} microbatches …")
+    comp = compare(problem, SolverOptions(time_limit=args.time_limit, seed=0))
+    console.print(plan_table(comp.plans["ilp"]))
+    console.print(comparison_table(comp))
+    png = plot_comparison(comp, args.png)
+    console.print(f"Gantt charts and memory per device written to {png}")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -193,14 +265,35 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--summary", action="store_true", help="only the per-device totals")
     p.set_defaults(func=cmd_costs)
 
+    p = sub.add_parser("plan", help="split a model into pipeline stages with the ILP (CP-SAT)",
+                       description="Find the split of MODEL across the devices of SPEC that minimises "
+                       "the bottleneck stage (throughput) or the latency, under memory limits, taking "
+                       "each device's current load into account.")
+    _add_model_args(p)
+    _add_plan_args(p)
+    p.add_argument("--out", metavar="PLAN.json", help="save the plan as versioned JSON")
+    p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("compare", help="the ILP beside every baseline: table and Gantt PNG",
+                       description="Plan MODEL on SPEC with the ILP and with the uniform, "
+                       "parameter-balanced, time-balanced and chain-DP baselines; print a table and "
+                       "write a PNG with each plan's pipeline schedule and memory per device.")
+    _add_model_args(p)
+    _add_plan_args(p)
+    p.add_argument("--png", metavar="OUT.png", help="where to write the picture")
+    p.set_defaults(func=cmd_compare)
+
     p = sub.add_parser("demo", help="the main job on built-in defaults",
-                       description=f"Capture {DEMO_MODEL} and predict its layers' times on the "
-                       f"{DEMO_CLUSTER} cluster, with one device busy.")
+                       description=f"Capture {DEMO_MODEL}, show its layers and the {DEMO_CLUSTER} "
+                       "cluster with one device busy, then plan it with the ILP and the baselines.")
     p.add_argument("--model", default=DEMO_MODEL)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--granularity", default="block")
     p.add_argument("--cluster", default=DEMO_CLUSTER)
     p.add_argument("--load", action="append", default=["gpu2=1xcompute"], metavar="DEV=LEVEL")
+    p.add_argument("--microbatches", type=int, default=4)
+    p.add_argument("--time-limit", type=float, default=10.0)
+    p.add_argument("--png", default="demo-compare.png")
     p.set_defaults(func=cmd_demo)
     return parser
 
@@ -214,10 +307,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     from costmodel.graph import GraphError
     from costmodel.zoo import ZooError
     from planner.cluster import ClusterError
+    from planner.problem import PlanError
 
     try:
         args.func(args)
-    except (CliError, CaptureError, GraphError, ZooError, ClusterError, ValueError) as exc:
+    except (CliError, CaptureError, GraphError, ZooError, ClusterError, PlanError, ValueError) as exc:
         print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

@@ -9,8 +9,9 @@ from costmodel.graph import Layer, ModelGraph
 from costmodel.hardware import Contention
 from costmodel.units import format_bytes, format_flops, format_seconds
 from planner.cluster import Cluster
+from planner.plan import Plan
 
-__all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table"]
+__all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "plan_table"]
 
 
 def _num(x: float) -> str:
@@ -111,4 +112,24 @@ def layer_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) -> 
                          footer=format_seconds(totals[d.id]))
     for row in rows:
         table.add_row(*row)
+    return table
+
+
+def plan_table(plan: Plan) -> Table:
+    """The stages of a plan and its certificate."""
+    cert = plan.certificate
+    gap = "—" if cert.gap is None else f"{cert.gap:.2%}"
+    bound = "—" if cert.best_bound is None else format_seconds(cert.best_bound)
+    title = (f"plan for {plan.model} on {plan.cluster} by {cert.method}: {cert.status}, objective "
+             f"{format_seconds(cert.objective)}, bound {bound}, gap {gap}, {cert.solve_time:.2f}s\n"
+             f"bottleneck {format_seconds(plan.bottleneck)} → {plan.throughput:,.1f} samples/s; latency of "
+             f"{plan.options.microbatches} microbatches {format_seconds(plan.latency)}; comm {plan.options.comm}")
+    table = Table(title=title, title_justify="left")
+    for col in ("stage", "device", "layers", "compute", "recv", "send", "stage time", "memory", "of capacity"):
+        table.add_column(col, justify="left" if col in ("device", "layers") else "right")
+    for s in plan.stages:
+        span = s.layers[0] if len(s.layers) == 1 else f"{s.layers[0]} … {s.layers[-1]}"
+        table.add_row(str(s.index), s.device, f"{len(s.layers)}: {span}", format_seconds(s.compute),
+                      format_seconds(s.recv), format_seconds(s.send), format_seconds(s.time),
+                      format_bytes(s.memory), f"{s.memory / s.capacity:.1%}" if s.capacity else "—")
     return table

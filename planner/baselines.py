@@ -1,0 +1,297 @@
+"""Baseline partitioners: the splits that pipeline libraries make without a solver.
+
+Each one cuts the layers' topological order (``problem.layers``) into at most K contiguous chunks,
+K = ``options.max_devices`` or the cluster size, and puts chunk i on device i in cluster order;
+empty chunks are dropped.  Contiguous chunks of a topological order are convex and their stage
+graph is acyclic, so a baseline's plan is a valid pipeline unless a device runs out of memory.
+Every plan is scored by :func:`planner.simulate.make_plan`, by the same rules as the ILP's.
+
+>>> sorted(BASELINES)
+['chain-dp', 'param-balanced', 'time-balanced', 'uniform']
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from planner.plan import Certificate, Plan
+from planner.problem import PlanError, Problem
+from planner.simulate import make_plan
+
+__all__ = ["BASELINES", "Baseline", "best_baseline", "chain_dp", "get_baseline", "param_balanced",
+           "time_balanced", "uniform"]
+
+Baseline = Callable[[Problem], Plan]
+Bounds = list[int]  # chunk c holds layers bounds[c] .. bounds[c + 1] - 1
+Matrix = np.ndarray  # (n + 1) x (n + 1): entry [i, j] is the cost of chunk [i, j), inf when j <= i
+
+logger = logging.getLogger(__name__)
+_INF = math.inf
+
+
+def uniform(problem: Problem) -> Plan:
+    """Equal layer counts per chunk, the first ``n mod K`` chunks one layer longer.
+
+    GPipe's default balance (Huang et al., NeurIPS 2019; torchgpipe with no ``balance_by_*``), O(n).
+    """
+    start = time.perf_counter()
+    n, k = problem.n_layers, _chunk_count(problem)
+    sizes = [n // k + (c < n % k) for c in range(k)]
+    return _finish(problem, [0, *np.cumsum(sizes).tolist()], "uniform", "HEURISTIC", start)
+
+
+def param_balanced(problem: Problem) -> Plan:
+    """Chunks minimising the largest chunk's parameter bytes.
+
+    DeepSpeed's ``PipelineModule(partition_method="parameters")``, solved exactly as a block
+    (linear) partition by dynamic programming: O(n²·K).
+    """
+    return _balanced(problem, np.asarray(problem.param_bytes, dtype=np.float64), "param-balanced")
+
+
+def time_balanced(problem: Problem) -> Plan:
+    """Chunks minimising the largest chunk's time, a layer's time being its mean over devices.
+
+    torchgpipe's ``balance_by_time`` (Kim et al., arXiv:2004.09910), which profiles layers and
+    block-partitions the times; devices are taken as equal.  Exact block partition, O(n²·K).
+    """
+    return _balanced(problem, np.asarray(problem.time, dtype=np.float64).mean(axis=1), "time-balanced")
+
+
+def chain_dp(problem: Problem) -> Plan:
+    """PipeDream's dynamic program over contiguous splits onto devices 0, 1, ... in order.
+
+    Narayanan et al., "PipeDream: generalized pipeline parallelism for DNN training", SOSP 2019.
+    A chunk's time is counted as the simulator counts it: compute on its device, receive and send
+    over its links, combined by ``max`` (overlap) or a sum (serial); chunks that do not fit in
+    memory are excluded, so the plan fits whenever any such split does.
+
+    Throughput: the least bottleneck, O(n²·K) with numpy.  Latency (Σ T + (M − 1)·max T): the least
+    Σ T with every T ≤ B, over the B that can matter, found by bisection on the non-increasing
+    min-Σ(B); exact, O(n²·K·s·log n) for s steps of min-Σ(B); ``min_throughput`` caps B.
+
+    Exact (status OPTIMAL) on a chain over identical devices, links and capacities.  Otherwise
+    HEURISTIC: other device orders are not tried, and with skip edges a chunk's communication
+    depends on the other chunks, so the DP runs under an optimistic and a pessimistic estimate
+    (see ``_chunk_costs``) and the split the simulator scores better is kept.
+    """
+    start = time.perf_counter()
+    n, k = problem.n_layers, _chunk_count(problem)
+    floor = problem.options.min_throughput
+    cap = 1.0 / floor if floor and problem.options.objective == "latency" else _INF
+    found: list[Bounds] = []
+    for pessimistic in (False,) if problem.graph.is_chain else (False, True):
+        costs = _chunk_costs(problem, k, pessimistic)
+        bottleneck, bounds = _solve(costs, n)
+        if bottleneck == _INF:
+            raise PlanError(f"chain-dp: no split of the {n} layers into at most {k} contiguous chunks on "
+                            f"{', '.join(problem.devices[:k])} fits in memory")
+        if bottleneck > cap:
+            if found:  # the pessimistic estimate misses the floor; the optimistic split stands
+                break
+            raise PlanError(f"chain-dp: no split reaches min_throughput={floor:g} microbatches/s; the best "
+                            f"bottleneck is {bottleneck:.6g} s ({1.0 / bottleneck:.6g}/s)")
+        if problem.options.objective == "latency":
+            bounds = _min_latency(costs, n, problem.options.microbatches, cap, bounds, bottleneck)
+        if bounds not in found:
+            found.append(bounds)
+    status = "OPTIMAL" if _exact_case(problem) else "HEURISTIC"
+    return min((_finish(problem, bounds, "chain-dp", status, start) for bounds in found), key=_value)
+
+
+BASELINES: dict[str, Baseline] = {"uniform": uniform, "param-balanced": param_balanced,
+                                  "time-balanced": time_balanced, "chain-dp": chain_dp}
+
+
+def get_baseline(name: str) -> Baseline:
+    """The baseline called ``name`` (case-insensitive, ``_`` read as ``-``)."""
+    if (found := BASELINES.get(name.strip().lower().replace("_", "-"))) is None:
+        raise PlanError(f"unknown baseline {name!r}: choose one of {', '.join(BASELINES)}")
+    return found
+
+
+def best_baseline(problem: Problem) -> Plan:
+    """The valid plan with the best objective among :data:`BASELINES` (ties: the first listed); one
+    that does not fit in memory, or misses the latency objective's ``min_throughput``, is skipped."""
+    plans: list[Plan] = []
+    failures: list[str] = []
+    floor = problem.options.min_throughput
+    for name, baseline in BASELINES.items():
+        try:
+            plan = baseline(problem)
+            if problem.options.objective == "latency" and floor and plan.bottleneck * floor > 1.0:
+                raise PlanError(f"{name} misses min_throughput={floor:g}/s ({1.0 / plan.bottleneck:.6g}/s)")
+            plans.append(plan)
+        except PlanError as exc:
+            logger.debug("baseline skipped: %s", exc)
+            failures.append(str(exc))
+    if not plans:
+        raise PlanError(f"no baseline found a plan that fits {problem.graph.model!r} on "
+                        f"{problem.cluster.name!r}: " + "; ".join(failures))
+    return min(plans, key=_value)
+
+
+def _chunk_count(problem: Problem) -> int:
+    return min(problem.options.max_devices or problem.n_devices, problem.n_layers)
+
+
+def _value(plan: Plan) -> float:
+    return plan.latency if plan.options.objective == "latency" else plan.bottleneck
+
+
+def _finish(problem: Problem, bounds: Bounds, method: str, status: str, start: float) -> Plan:
+    """Score the chunks on devices 0, 1, ... and fill in the certificate."""
+    chunks = len(bounds) - 1
+    dev_of = [c for c in range(chunks) for _ in range(bounds[c], bounds[c + 1])]
+    cert = Certificate(method=method, status=status, objective=0.0,
+                       details={"chunk_sizes": [bounds[c + 1] - bounds[c] for c in range(chunks)]})
+    plan = make_plan(problem, dev_of, cert, order=problem.devices[:chunks])
+    cert.objective = _value(plan)
+    # a stage takes at least its compute, so the problem's bounds hold for any plan
+    bound = problem.lower_bound()
+    if problem.options.objective == "latency":
+        bound = sum(min(row) for row in problem.time) + (problem.options.microbatches - 1) * bound
+    cert.best_bound = cert.objective if status == "OPTIMAL" else bound
+    cert.gap = max(0.0, 1.0 - cert.best_bound / cert.objective) if cert.objective > 0 else 0.0
+    cert.solve_time = time.perf_counter() - start
+    return plan
+
+
+def _exact_case(problem: Problem) -> bool:
+    """A chain over interchangeable devices: every valid plan is a contiguous split in this order."""
+    same_time = all(math.isclose(t, row[0], rel_tol=1e-12, abs_tol=0.0) for row in problem.time for t in row)
+    links = {(link.bandwidth, link.latency) for _, _, link in problem.cluster.links()}
+    return problem.graph.is_chain and same_time and len(links) <= 1 and len(set(problem.capacity)) == 1
+
+
+def _sums(weights: np.ndarray) -> Matrix:
+    prefix = np.concatenate(([0.0], np.cumsum(weights)))
+    cost = prefix[None, :] - prefix[:, None]
+    cost[np.tril_indices(len(prefix))] = _INF
+    return cost
+
+
+def _balanced(problem: Problem, weights: np.ndarray, method: str) -> Plan:
+    """Exactly min(K, n) non-empty chunks minimising the largest chunk's weight (a block partition)."""
+    start = time.perf_counter()
+    bounds = _solve([_sums(weights)] * _chunk_count(problem), len(weights), exact=True)[1]
+    return _finish(problem, bounds, method, "HEURISTIC", start)
+
+
+def _solve(costs: Sequence[Matrix], n: int, *, total: bool = False, exact: bool = False,
+           limit: float = _INF) -> tuple[float, Bounds]:
+    """Split [0, n) into chunks c = 0, 1, ... where chunk [i, j) costs ``costs[c][i, j]``.
+
+    Minimises the largest chunk cost, or with ``total`` the sum of chunk costs each at most ``limit``,
+    over exactly ``len(costs)`` chunks when ``exact``, else at most.  Backward DP, O(n²·K); (inf, [])
+    when no split exists.  Of the best splits, the one with each chunk as long as possible.
+    """
+    k = len(costs)
+    combine = np.add if total else np.maximum
+    masked = [c if limit == _INF else np.where(c <= limit, c, _INF) for c in costs]
+    tail = [np.full(n + 1, _INF) for _ in range(k + 1)]  # tail[c][i]: best for [i, n) from chunk c
+    tail[k][n] = 0.0
+    for c in range(k - 1, -1, -1):
+        tail[c] = combine(masked[c], tail[c + 1][None, :]).min(axis=1)
+        if not exact:
+            tail[c][n] = 0.0  # stop early: the remaining devices stay unused
+    best = float(tail[0][0])
+    if best == _INF:
+        return best, []
+    bounds = [0]
+    while bounds[-1] < n:
+        i, c = bounds[-1], len(bounds) - 1
+        row = combine(masked[c][i], tail[c + 1])
+        bounds.append(int(np.flatnonzero(row <= (tail[c][i] if total else best))[-1]))
+    return best, bounds
+
+
+def _chunk_costs(problem: Problem, k: int, pessimistic: bool) -> list[Matrix]:
+    """Stage time of every chunk [i, j) on each device c < k, inf where it does not fit.
+
+    Exact on a chain.  With skip edges a sender's or receiver's device is unknown: optimistic takes
+    the neighbouring device and one receiving device per output; pessimistic takes the slowest link
+    and one receiving device per consumer, an upper bound on what the simulator counts.
+    """
+    n = problem.n_layers
+    params, acts = (np.concatenate(([0], np.cumsum(x, dtype=np.int64))) for x in (problem.param_bytes,
+                                                                                     problem.act_bytes))
+    workspace = np.asarray(problem.workspace, dtype=np.int64)
+    peak = np.zeros((n + 1, n + 1), dtype=np.int64)
+    for i in range(n):
+        peak[i, i + 1:] = np.maximum.accumulate(workspace[i:])
+    memory = (params[None, :] - params[:, None]) + problem.options.kept_microbatches * (
+        acts[None, :] - acts[:, None]) + peak
+    # u's output crosses each boundary b, u < b <= its last consumer: the chunk ending at b sends it, the
+    # chunk starting at b receives it once it reaches u's first consumer from b on (its end passes `first`).
+    parts: list[tuple[np.ndarray, ...]] = []
+    for u in range(n):
+        succ = np.sort(np.asarray(problem.succ[u], dtype=np.int64))
+        if len(succ):
+            b = np.arange(u + 1, succ[-1] + 1)
+            at = np.searchsorted(succ, b)
+            parts.append((b, succ[at] + 1, np.full(len(b), u), len(succ) - at, (succ[at] == b).astype(np.int64)))
+    b, first, layer, beyond, next_reads = (np.concatenate(p) for p in zip(*parts, strict=True)) if parts else (
+        np.zeros(0, np.int64),) * 5
+    costs: list[Matrix] = []
+
+    def link(a: int, d: int) -> np.ndarray:  # each layer's output from a to d; nothing off the ends
+        return np.array([problem.transfer(u, a, d) if 0 <= a < k and 0 <= d < k else 0.0 for u in range(n)])
+
+    for c in range(k):
+        prev, nxt = link(c - 1, c)[layer], link(c, c + 1)[layer]
+        if pessimistic:
+            worst_in = np.max([link(a, c) for a in range(c)] or [np.zeros(n)], axis=0)[layer]
+            worst_out = np.max([link(c, d) for d in range(c + 1, k)] or [np.zeros(n)], axis=0)[layer]
+            t_in = np.where(layer == b - 1, prev, worst_in)
+            t_out = next_reads * nxt + np.clip(np.minimum(beyond, k - 1 - c) - next_reads, 0, None) * worst_out
+        else:
+            t_in, t_out = prev, nxt
+        recv = np.zeros((n + 1, n + 1))
+        np.add.at(recv, (b, first), t_in)
+        send = np.zeros((n + 1, n + 1))
+        np.add.at(send, (layer, b), t_out)
+        recv, send = np.cumsum(recv, axis=1), np.cumsum(send[::-1], axis=0)[::-1]
+        compute = _sums(np.array([problem.time[v][c] for v in range(n)]))
+        cost = compute + recv + send if problem.options.comm == "serial" else np.maximum(
+            np.maximum(compute, recv), send)
+        cost[memory > problem.capacity[c]] = _INF  # empty chunks are inf already, by their compute
+        costs.append(cost)
+    return costs
+
+
+def _min_latency(costs: Sequence[Matrix], n: int, m: int, cap: float, fastest: Bounds, low: float) -> Bounds:
+    """The split minimising Σ T + (m − 1)·max T, given ``fastest`` (max T = ``low``, the least) and a cap."""
+    def latency(bounds: Bounds) -> float:
+        times = [costs[c][bounds[c], bounds[c + 1]] for c in range(len(bounds) - 1)]
+        return float(sum(times) + (m - 1) * max(times))
+
+    least_sum, bounds = _solve(costs, n, total=True, limit=cap)
+    if m == 1:
+        return bounds
+    best = min((latency(fastest), fastest), (latency(bounds), bounds))
+    high = min(cap, (best[0] - least_sum) / (m - 1))
+    cands = np.unique(np.concatenate([c[(c >= low) & (c <= high)] for c in costs]))
+    sums: dict[int, float] = {}
+
+    def probe(i: int) -> float:
+        nonlocal best
+        if i not in sums:
+            sums[i], found = _solve(costs, n, total=True, limit=float(cands[i]))
+            best = min(best, (latency(found), found))
+        return sums[i]
+
+    # min-Σ(B) does not increase with B; where it is constant only the smallest B can be best
+    stack = [(0, len(cands) - 1)] if len(cands) else []
+    while stack:
+        lo, hi = stack.pop()
+        if least_sum + (m - 1) * cands[lo] >= best[0] or probe(lo) == probe(hi) or hi - lo <= 1:
+            continue
+        mid = (lo + hi) // 2
+        stack += [(mid, hi), (lo, mid)]
+    return best[1]

@@ -1,0 +1,125 @@
+"""A plan: ordered pipeline stages, each on one device, with predicted times and a certificate.
+
+Plans are versioned JSON (``format: pipeplan.plan``, ``version: 1``) so the executor, the service
+and people can read them.  Every planner builds its plan through :func:`planner.simulate.make_plan`
+so all plans are scored by the same rules.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from planner.problem import PlanError, PlanOptions
+
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage"]
+
+PLAN_FORMAT = "pipeplan.plan"
+PLAN_VERSION = 1
+
+
+@dataclass
+class Certificate:
+    """How a plan was found and how good it is known to be.
+
+    ``status`` is the solver's (OPTIMAL, FEASIBLE) or, for a heuristic, ``HEURISTIC``; an exact
+    algorithm reports ``OPTIMAL``.  ``objective`` and ``best_bound`` are seconds; ``gap`` is
+    ``(objective − best_bound) / objective`` (0 for a proven optimum), ``None`` when unknown.
+    """
+
+    method: str
+    status: str
+    objective: float
+    best_bound: float | None = None
+    gap: float | None = None
+    solve_time: float = 0.0
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Stage:
+    index: int
+    device: str
+    layers: list[str]
+    compute: float  # seconds per microbatch
+    recv: float
+    send: float
+    time: float  # max(compute, recv, send) or their sum, by the plan's comm mode
+    memory: int  # bytes
+    capacity: int  # bytes usable on the device
+
+
+@dataclass
+class Plan:
+    model: str
+    cluster: str
+    costmodel: str
+    options: PlanOptions
+    stages: list[Stage]
+    bottleneck: float  # seconds per microbatch of the slowest stage
+    latency: float  # seconds for all microbatches through the pipeline (GPipe fill-drain)
+    certificate: Certificate
+    batch_size: int = 1  # samples per microbatch
+
+    @property
+    def throughput(self) -> float:
+        """Samples per second in steady state."""
+        return self.batch_size / self.bottleneck if self.bottleneck > 0 else float("inf")
+
+    @property
+    def peak_memory(self) -> int:
+        return max((s.memory for s in self.stages), default=0)
+
+    @property
+    def method(self) -> str:
+        return self.certificate.method
+
+    def assignment(self) -> dict[str, str]:
+        """Layer name → device id."""
+        return {layer: s.device for s in self.stages for layer in s.layers}
+
+    def device_order(self) -> list[str]:
+        return [s.device for s in self.stages]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": PLAN_FORMAT, "version": PLAN_VERSION, "model": self.model,
+            "cluster": self.cluster, "costmodel": self.costmodel, "batch_size": self.batch_size,
+            "options": asdict(self.options), "bottleneck": self.bottleneck,
+            "throughput": self.throughput, "latency": self.latency,
+            "peak_memory": self.peak_memory, "certificate": asdict(self.certificate),
+            "stages": [asdict(s) for s in self.stages],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=1)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(self.to_json())
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Plan:
+        if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
+            raise PlanError(f"not a pipeplan plan: 'format' must be {PLAN_FORMAT!r}")
+        if doc.get("version") != PLAN_VERSION:
+            raise PlanError(f"unknown plan version {doc.get('version')!r}: this pipeplan reads "
+                            f"version {PLAN_VERSION}")
+        try:
+            return cls(
+                model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
+                options=PlanOptions(**doc["options"]),
+                stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
+                latency=float(doc["latency"]), certificate=Certificate(**doc["certificate"]),
+                batch_size=int(doc.get("batch_size", 1)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanError(f"malformed plan: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> Plan:
+        try:
+            return cls.from_dict(json.loads(Path(path).read_text()))
+        except (OSError, json.JSONDecodeError) as exc:
+            raise PlanError(f"cannot read plan {path}: {exc}") from None

@@ -1,0 +1,159 @@
+"""A partitioning problem: a layer graph, a cluster, and every cost the planners need, in one place.
+
+The ILP, the baselines and the simulator all read their numbers from a :class:`Problem`, so a plan
+is scored the same way whoever made it.  The graph's batch size is the *microbatch*: a stage's time
+is the time of one microbatch through it.
+
+Costs (seconds, per microbatch):
+
+- ``time[v][d]``: layer ``v`` on device ``d`` under that device's current load (the cost model);
+- ``transfer(u, a, b)``: layer ``u``'s output sent from device ``a`` to ``b`` — the link's latency
+  plus ``out_bytes(u) / bandwidth``, where ``out_bytes(u)`` is the largest tensor ``u`` hands to any
+  consumer: a layer's output crosses to each consuming device once, however many layers there
+  read it;
+- a stage's time is ``max(compute, receive, send)`` with ``comm="overlap"`` or their sum with
+  ``comm="serial"`` (PipeDream; Tarnawski et al., NeurIPS 2020).
+
+Memory of a device: the parameters of its layers, plus their output activations for
+``in_flight`` microbatches, plus the largest workspace of one of its layers; it must stay under
+``capacity · (1 − memory_margin)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from costmodel.analytic import RooflineModel
+from costmodel.base import CostModel
+from costmodel.graph import ModelGraph
+from planner.cluster import Cluster
+
+__all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem"]
+
+CommMode = Literal["overlap", "serial"]
+Objective = Literal["throughput", "latency"]
+
+
+class PlanError(ValueError):
+    """The problem has no valid plan (a model that cannot fit), or the options are wrong."""
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    objective: Objective = "throughput"
+    comm: CommMode = "overlap"
+    microbatches: int = 4
+    in_flight: int | None = None  # microbatches whose activations a stage keeps; None → microbatches
+    memory_margin: float = 0.1  # share of each device's memory kept free for the runtime
+    min_throughput: float | None = None  # microbatches/s floor for the latency objective
+    max_devices: int | None = None  # use at most this many devices
+
+    def __post_init__(self) -> None:
+        if self.objective not in ("throughput", "latency"):
+            raise PlanError(f"objective must be 'throughput' or 'latency', got {self.objective!r}")
+        if self.comm not in ("overlap", "serial"):
+            raise PlanError(f"comm must be 'overlap' or 'serial', got {self.comm!r}")
+        if self.microbatches < 1:
+            raise PlanError(f"microbatches must be at least 1, got {self.microbatches}")
+        if self.in_flight is not None and self.in_flight < 1:
+            raise PlanError(f"in_flight must be at least 1, got {self.in_flight}")
+        if not 0.0 <= self.memory_margin < 1.0:
+            raise PlanError(f"memory_margin must be in [0, 1), got {self.memory_margin}")
+        if self.min_throughput is not None and self.min_throughput <= 0:
+            raise PlanError(f"min_throughput must be positive, got {self.min_throughput}")
+        if self.max_devices is not None and self.max_devices < 1:
+            raise PlanError(f"max_devices must be at least 1, got {self.max_devices}")
+
+    @property
+    def kept_microbatches(self) -> int:
+        return self.in_flight if self.in_flight is not None else self.microbatches
+
+
+@dataclass
+class Problem:
+    """Everything a planner needs, precomputed: layers, devices, times, transfers, memory."""
+
+    graph: ModelGraph
+    cluster: Cluster
+    costmodel: CostModel = field(default_factory=RooflineModel)
+    options: PlanOptions = field(default_factory=PlanOptions)
+
+    def __post_init__(self) -> None:
+        self.graph.validate()
+        self.layers: list[str] = [layer.name for layer in self.graph.layers]
+        self.index = {name: i for i, name in enumerate(self.layers)}
+        self.devices: list[str] = [d.id for d in self.cluster.devices]
+        n, k = len(self.layers), len(self.devices)
+        if self.options.max_devices is not None and self.options.max_devices > k:
+            raise PlanError(f"max_devices is {self.options.max_devices} but cluster "
+                            f"{self.cluster.name!r} has only {k} devices")
+        layers = self.graph.layers
+        # time[v][d] in seconds, under each device's current load
+        self.time: list[list[float]] = [
+            [self.costmodel.layer_time(layer, dev) for dev in self.cluster.devices] for layer in layers
+        ]
+        mem = [self.costmodel.layer_memory(layer) for layer in layers]
+        self.param_bytes = [m.params for m in mem]
+        self.act_bytes = [m.activations for m in mem]
+        self.workspace = [m.workspace for m in mem]
+        self.succ: list[list[int]] = [[self.index[s] for s in self.graph.successors(name)]
+                                      for name in self.layers]
+        self.pred: list[list[int]] = [[self.index[p] for p in self.graph.predecessors(name)]
+                                      for name in self.layers]
+        self.edges: list[tuple[int, int]] = [(u, v) for u in range(n) for v in self.succ[u]]
+        self.out_bytes = [max((self.graph.edge_bytes(self.layers[u], self.layers[v]) for v in self.succ[u]),
+                              default=0) for u in range(n)]
+        self.capacity = [int(d.memory * (1.0 - self.options.memory_margin)) for d in self.cluster.devices]
+        self._links = [[self.cluster.link(a, b) for b in self.devices] for a in self.devices]
+
+    @property
+    def n_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def n_devices(self) -> int:
+        return len(self.devices)
+
+    def transfer(self, u: int, a: int, b: int) -> float:
+        """Seconds to send layer ``u``'s output from device ``a`` to device ``b`` (0 when a == b)."""
+        if a == b or self.out_bytes[u] == 0:
+            return 0.0
+        link = self._links[a][b]
+        return link.latency + self.out_bytes[u] / link.bandwidth
+
+    def memory(self, layers: list[int]) -> int:
+        """Bytes a device needs to hold ``layers``."""
+        if not layers:
+            return 0
+        kept = self.options.kept_microbatches
+        return (sum(self.param_bytes[v] for v in layers) + kept * sum(self.act_bytes[v] for v in layers)
+                + max(self.workspace[v] for v in layers))
+
+    def lower_bound(self) -> float:
+        """A bottleneck no plan can beat: the heaviest layer on its fastest device, and the total
+        work spread perfectly over every device, each layer at its fastest."""
+        best = [min(row) for row in self.time]
+        spread = sum(best) / (self.options.max_devices or self.n_devices)
+        return max(max(best, default=0.0), spread)
+
+    def check_fits(self) -> None:
+        """Raise :class:`PlanError` naming the shortfall when the model cannot fit at all."""
+        total = self.memory(list(range(self.n_layers)))
+        capacity = sum(self.capacity)
+        if total > capacity:
+            raise PlanError(
+                f"{self.graph.model} needs {_gib(total)} but the {self.n_devices} devices of "
+                f"{self.cluster.name!r} offer {_gib(capacity)} after the {self.options.memory_margin:.0%} "
+                f"margin: {_gib(total - capacity)} short")
+        for v in range(self.n_layers):
+            need = self.memory([v])
+            if need > max(self.capacity):
+                d = max(range(self.n_devices), key=lambda i: self.capacity[i])
+                raise PlanError(
+                    f"layer {self.layers[v]!r} alone needs {_gib(need)}; the largest device "
+                    f"{self.devices[d]!r} offers {_gib(self.capacity[d])}: {_gib(need - self.capacity[d])} short")
+
+
+def _gib(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"

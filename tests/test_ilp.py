@@ -1,0 +1,199 @@
+"""The ILP against exact answers: hand-made optima, brute force on random DAGs, the chain DP."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel.analytic import RooflineModel
+from costmodel.graph import Layer, ModelGraph
+from costmodel.zoo import capture_model
+from planner.baselines import BASELINES, chain_dp
+from planner.cluster import Cluster, load_cluster
+from planner.ilp import SolverOptions, solve
+from planner.problem import PlanError, PlanOptions, Problem
+from planner.simulate import evaluate, violation
+
+EXACT = SolverOptions(time_limit=30.0, workers=2, seed=0)
+ROOFLINE = RooflineModel(overhead=0.0)
+REL = 1e-5  # the solver works in integer ticks of ~1e-7 of the largest stage time
+
+
+def graph_of(flops: list[int], edges: list[tuple[int, int, int]], params: list[int] | None = None,
+             acts: list[int] | None = None) -> ModelGraph:
+    """Layers with ``flops`` (1e6 FLOPs = 1 ms on a 1 GFLOP/s device), no bytes, no overhead."""
+    g = ModelGraph("toy", batch_size=1)
+    for i, f in enumerate(flops):
+        p = params[i] if params else 0
+        a = acts[i] if acts else 0
+        g.add_layer(Layer(f"l{i}", "linear", "Linear", i, f, 0, a, p, a, 0))
+    for u, v, b in edges:
+        g.add_edge(f"l{u}", f"l{v}", b)
+    return g
+
+
+def cluster_of(speeds: list[float], bandwidth: float | list[list[float]] = 1e9, latency: float = 0.0,
+               memory: int = 2**30) -> Cluster:
+    devices = [{"id": f"d{i}", "memory": memory, "peak_flops": s * 1e9, "mem_bandwidth": 1e12}
+               for i, s in enumerate(speeds)]
+    links: list[dict[str, Any]] = []
+    for a, b in itertools.combinations(range(len(speeds)), 2):
+        bw = bandwidth if isinstance(bandwidth, float) else bandwidth[a][b]
+        links.append({"a": f"d{a}", "b": f"d{b}", "bandwidth": bw, "latency": latency})
+    return Cluster.from_dict({"name": "toy", "devices": devices, "links": links})
+
+
+def brute_force(problem: Problem) -> float:
+    """The best objective over every assignment of layers to devices (order does not change it)."""
+    best = float("inf")
+    for dev_of in itertools.product(range(problem.n_devices), repeat=problem.n_layers):
+        ev = evaluate(problem, list(dev_of))
+        if ev.violation is None:
+            best = min(best, ev.latency if problem.options.objective == "latency" else ev.bottleneck)
+    return best
+
+
+def score(problem: Problem, plan: Any) -> float:
+    return plan.latency if problem.options.objective == "latency" else plan.bottleneck
+
+
+def test_three_layers_two_devices_exact_optimum() -> None:
+    # 4 ms + 2 ms + 2 ms on two equal devices, 1 MB tensors over 1 GB/s (1 ms each)
+    g = graph_of([4_000_000, 2_000_000, 2_000_000], [(0, 1, 1_000_000), (1, 2, 1_000_000)])
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
+    plan = solve(problem, EXACT)
+    assert plan.certificate.status == "OPTIMAL"
+    assert plan.bottleneck == pytest.approx(0.004, rel=REL)  # l0 alone, l1+l2 together (4 ms each)
+    assert [s.layers for s in plan.stages] == [["l0"], ["l1", "l2"]]
+    assert plan.certificate.gap == 0.0
+    serial = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(comm="serial", microbatches=1))
+    # serial: 4 + 1 (send) = 5 ms versus l0+l1 = 6 ms + 1 ms; all on one device = 8 ms
+    assert solve(serial, EXACT).bottleneck == pytest.approx(0.005, rel=REL)
+
+
+def test_heterogeneous_devices_get_the_heavy_layer_on_the_fast_one() -> None:
+    g = graph_of([6_000_000, 1_000_000], [(0, 1, 0)])
+    problem = Problem(g, cluster_of([1.0, 3.0]), ROOFLINE, PlanOptions(microbatches=1))
+    plan = solve(problem, EXACT)
+    assert plan.assignment() == {"l0": "d1", "l1": "d0"}  # 2 ms on the fast device, 1 ms on the slow
+    assert plan.bottleneck == pytest.approx(0.002, rel=REL)
+
+
+def test_contention_moves_work_off_the_busy_device() -> None:
+    g = graph_of([3_000_000, 3_000_000, 2_000_000], [(0, 1, 0), (1, 2, 0)])
+    idle = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
+    assert solve(idle, EXACT).bottleneck == pytest.approx(0.005, rel=REL)
+    from costmodel.hardware import Contention
+
+    busy_cluster = cluster_of([1.0, 1.0]).with_load("d0", Contention(corunners=1, kind="compute"))
+    busy = Problem(g, busy_cluster, ROOFLINE, PlanOptions(microbatches=1))
+    plan = solve(busy, EXACT)
+    # d0 runs at half speed: best is l0 on d0 (6 ms) and l1+l2 on d1 (5 ms)
+    assert plan.bottleneck == pytest.approx(0.006, rel=REL)
+    assert plan.assignment()["l0"] == "d0" and plan.assignment()["l2"] == "d1"
+
+
+def test_fewer_devices_when_communication_costs_more() -> None:
+    g = graph_of([1_000_000, 1_000_000], [(0, 1, 10_000_000)])  # a 10 MB tensor: 10 ms over the link
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
+    plan = solve(problem, EXACT)
+    assert len(plan.stages) == 1 and plan.bottleneck == pytest.approx(0.002, rel=REL)
+
+
+def test_latency_objective_with_throughput_floor() -> None:
+    g = graph_of([2_000_000, 2_000_000], [(0, 1, 1_000_000)])
+    opts = PlanOptions(objective="latency", microbatches=1)
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, opts)
+    assert solve(problem, EXACT).latency == pytest.approx(0.004, rel=REL)  # one device: no transfer
+    floor = PlanOptions(objective="latency", microbatches=1, min_throughput=400.0)  # bottleneck ≤ 2.5 ms
+    plan = solve(Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, floor), EXACT)
+    assert plan.bottleneck <= 0.0025 and len(plan.stages) == 2
+
+
+def test_memory_that_cannot_fit_names_the_shortfall() -> None:
+    g = graph_of([1, 1], [(0, 1, 0)], params=[600 * 2**20, 600 * 2**20])
+    problem = Problem(g, cluster_of([1.0] * 4, memory=2**29), ROOFLINE, PlanOptions(memory_margin=0.0))
+    with pytest.raises(PlanError, match=r"layer 'l0' alone needs 0\.59 GiB.*'d0' offers 0\.50 GiB"):
+        solve(problem, EXACT)
+    tight = Problem(g, cluster_of([1.0], memory=2**30), ROOFLINE, PlanOptions(memory_margin=0.0))
+    with pytest.raises(PlanError, match=r"needs 1\.17 GiB .* offer 1\.00 GiB .* 0\.17 GiB short"):
+        solve(tight, EXACT)
+
+
+def test_memory_forces_a_split() -> None:
+    g = graph_of([1_000_000, 1_000_000, 1_000_000], [(0, 1, 0), (1, 2, 0)],
+                 params=[400 * 2**20] * 3)
+    problem = Problem(g, cluster_of([1.0, 1.0], memory=2**30), ROOFLINE, PlanOptions(memory_margin=0.0))
+    plan = solve(problem, EXACT)
+    assert all(s.memory <= s.capacity for s in plan.stages) and len(plan.stages) == 2
+    assert plan.bottleneck == pytest.approx(0.002, rel=REL)
+
+
+@st.composite
+def random_problems(draw: st.DrawFn) -> Problem:
+    n = draw(st.integers(2, 6))
+    k = draw(st.integers(2, 3))
+    flops = [draw(st.integers(0, 9)) * 1_000_000 for _ in range(n)]
+    edges = [(u, v, draw(st.sampled_from([0, 250_000, 1_000_000, 3_000_000])))
+             for u in range(n) for v in range(u + 1, n) if draw(st.booleans())]
+    speeds = [draw(st.sampled_from([1.0, 2.0, 3.0])) for _ in range(k)]
+    bw = [[draw(st.sampled_from([0.5e9, 1e9, 4e9])) for _ in range(k)] for _ in range(k)]
+    options = PlanOptions(objective=draw(st.sampled_from(["throughput", "latency"])),
+                          comm=draw(st.sampled_from(["overlap", "serial"])),
+                          microbatches=draw(st.integers(1, 4)))
+    return Problem(graph_of(flops, edges), cluster_of(speeds, bw, latency=1e-4), ROOFLINE, options)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(random_problems())
+def test_ilp_matches_brute_force_on_random_dags(problem: Problem) -> None:
+    plan = solve(problem, EXACT)
+    assert plan.certificate.status == "OPTIMAL"
+    assert violation(problem, plan.assignment(), plan.device_order()) is None
+    assert score(problem, plan) == pytest.approx(brute_force(problem), rel=REL, abs=1e-9)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=9), st.integers(2, 4),
+       st.sampled_from(["overlap", "serial"]), st.sampled_from([0, 500_000, 2_000_000]))
+def test_chains_on_identical_devices_equal_the_dp(work: list[int], k: int, comm: str, nbytes: int) -> None:
+    g = graph_of([w * 1_000_000 for w in work], [(i, i + 1, nbytes) for i in range(len(work) - 1)])
+    problem = Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, PlanOptions(comm=comm, microbatches=2))
+    dp = chain_dp(problem)
+    assert dp.certificate.status == "OPTIMAL"
+    assert solve(problem, EXACT).bottleneck == pytest.approx(dp.bottleneck, rel=REL)
+
+
+@pytest.mark.parametrize("model, cluster", [("rescnn", "hetero-a100-t4"), ("inception", "4xa100-nvlink"),
+                                            ("tinygpt", "8gpu-2hosts")])
+@pytest.mark.parametrize("comm", ["overlap", "serial"])
+def test_real_graphs_never_worse_than_any_baseline(model: str, cluster: str, comm: str) -> None:
+    problem = Problem(capture_model(model, 4, granularity="block"), load_cluster(cluster), RooflineModel(),
+                      PlanOptions(comm=comm))
+    plan = solve(problem, SolverOptions(time_limit=20.0, workers=2, seed=0))
+    assert violation(problem, plan.assignment(), plan.device_order()) is None
+    for name, baseline in BASELINES.items():
+        try:
+            other = baseline(problem)
+        except PlanError:
+            continue
+        assert plan.bottleneck <= other.bottleneck * (1 + 1e-9), name
+    cert = plan.certificate
+    assert cert.best_bound is not None and cert.best_bound <= cert.objective * (1 + 1e-9)
+
+
+def test_time_limit_returns_a_feasible_plan_with_its_gap() -> None:
+    problem = Problem(capture_model("inception", 8), load_cluster("8gpu-2hosts"), RooflineModel(),
+                      PlanOptions(comm="serial"))
+    plan = solve(problem, SolverOptions(time_limit=0.05, workers=1, seed=0))
+    cert = plan.certificate
+    assert violation(problem, plan.assignment(), plan.device_order()) is None
+    assert plan.method == "ilp" and cert.status in ("FEASIBLE", "OPTIMAL")
+    assert cert.gap is not None and cert.best_bound is not None
+    if cert.status == "FEASIBLE":
+        assert cert.gap > 0
+    assert cert.solve_time < 5.0
