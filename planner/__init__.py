@@ -1,10 +1,21 @@
-"""Pipeline partitioning for pipeplan: clusters of devices and plans over them.
+"""Pipeline partitioning for pipeplan: clusters, problems, plans, the ILP, baselines, simulator.
 
 Public surface::
 
-    from planner import Cluster, ClusterError, Link, load_cluster, builtin_clusters
+    from planner import load_cluster, Problem, PlanOptions, solve, SolverOptions, BASELINES, evaluate
+
+``planner`` depends on ``costmodel`` and knows nothing of the executor or the service.
 """
 
+from planner.baselines import BASELINES, best_baseline
 from planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
+from planner.ilp import SolverOptions, solve
+from planner.plan import Certificate, Plan, Stage
+from planner.problem import PlanError, PlanOptions, Problem
+from planner.simulate import evaluate, make_plan, violation
 
-__all__ = ["Cluster", "ClusterError", "Link", "builtin_clusters", "load_cluster"]
+__all__ = [
+    "BASELINES", "Certificate", "Cluster", "ClusterError", "Link", "Plan", "PlanError", "PlanOptions",
+    "Problem", "SolverOptions", "Stage", "best_baseline", "builtin_clusters", "evaluate", "load_cluster",
+    "make_plan", "solve", "violation",
+]

@@ -98,16 +98,15 @@ def plot_comparison(comp: Comparison, path: str | Path) -> Path:
     ax = axes[-1]
     width = 0.8 / len(names)
     for i, name in enumerate(names):
-        plan = comp.plans[name]
-        mem = {s.device: s.memory for s in plan.stages}
-        ax.bar([j + i * width for j in range(p.n_devices)], [mem.get(d, 0) / 2**30 for d in p.devices],
+        mem = {s.device: s.memory for s in comp.plans[name].stages}
+        ax.bar([j + i * width for j in range(p.n_devices)],
+               [100.0 * mem.get(d, 0) / cap for d, cap in zip(p.devices, p.capacity, strict=True)],
                width=width, label=name, color=colors(i % 10))
-    ax.plot([j + 0.4 - width / 2 for j in range(p.n_devices)], [c / 2**30 for c in p.capacity], "k_",
-            markersize=30, label="capacity")
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(p.n_devices)], p.devices)
-    ax.set_ylabel("GiB")
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(p.n_devices)],
+                  [f"{d}\n{format_bytes(c)} usable" for d, c in zip(p.devices, p.capacity, strict=True)])
+    ax.set_ylabel("% of usable memory")
     ax.set_title("memory per device", fontsize=9, loc="left")
-    ax.legend(fontsize=8, ncol=len(names) + 1)
+    ax.legend(fontsize=8, ncol=len(names))
     fig.tight_layout()
     out = Path(path)
     fig.savefig(out, dpi=110)

@@ -12,15 +12,15 @@ import pytest
 from costmodel.graph import ModelGraph
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
+def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "pipeplan", *args], capture_output=True, text=True,
-                          timeout=300)
+                          timeout=300, cwd=cwd)
 
 
 @pytest.mark.slow
-def test_demo_prints_graph_table_and_device_times() -> None:
-    """`make demo` runs `pipeplan demo`: GPT-2 by blocks on the heterogeneous cluster."""
-    result = run("demo")
+def test_demo_prints_graph_table_device_times_and_plans(tmp_path: Path) -> None:
+    """`make demo` runs `pipeplan demo`: GPT-2 by blocks on the heterogeneous cluster, planned."""
+    result = run("demo", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     assert "gpt2 · batch 1 · block granularity · 20 layers" in out
@@ -28,7 +28,10 @@ def test_demo_prints_graph_table_and_device_times() -> None:
         assert name in out
     assert "32.2 GFLOP" in out  # GPT-2 small, 128 tokens
     assert "cluster hetero-a100-t4" in out and "1×compute" in out
-    assert "per-layer time under current load (analytic)" in out
+    assert "plan for gpt2 on hetero-a100-t4 by ilp: OPTIMAL" in out
+    for method in ("uniform", "param-balanced", "time-balanced", "chain-dp"):
+        assert f"│ {method}" in out
+    assert (tmp_path / "demo-compare.png").stat().st_size > 10_000
     # the busy T4 is slower than the idle one, and both fit the model
     rows = {line.split("│")[1].strip(): line for line in out.splitlines()
             if line.startswith("│ gpu") and "layers" in line}
@@ -90,3 +93,31 @@ def test_malformed_graph_file(tmp_path: Path) -> None:
     result = run("graph", str(bad))
     assert result.returncode == 2
     assert "unknown graph version 7" in result.stderr and str(bad) in result.stderr
+
+
+def test_plan_and_compare(tmp_path: Path) -> None:
+    out = tmp_path / "plan.json"
+    result = run("plan", "rescnn", "--batch", "8", "--granularity", "block", "--cluster", "hetero-a100-t4",
+                 "--load", "gpu0=2xcompute", "--comm", "serial", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "plan for rescnn on hetero-a100-t4 by ilp: OPTIMAL" in result.stdout
+    doc = json.loads(out.read_text())
+    assert doc["format"] == "pipeplan.plan" and doc["options"]["comm"] == "serial"
+    layers = [name for stage in doc["stages"] for name in stage["layers"]]
+    assert sorted(layers) == sorted(ModelGraph.from_dict(json.loads(run_graph_json(tmp_path))).nx.nodes)
+    png = tmp_path / "cmp.png"
+    cmp = run("compare", "mlp", "--cluster", "local-cpu", "--png", str(png))
+    assert cmp.returncode == 0, cmp.stderr
+    assert "ilp" in cmp.stdout and "chain-dp" in cmp.stdout and png.stat().st_size > 10_000
+
+
+def run_graph_json(tmp_path: Path) -> str:
+    path = tmp_path / "g.json"
+    assert run("graph", "rescnn", "--batch", "8", "--granularity", "block", "--json", str(path)).returncode == 0
+    return path.read_text()
+
+
+def test_plan_that_cannot_fit_is_one_clear_line() -> None:
+    result = run("plan", "gpt2", "--granularity", "block", "--cluster", "local-cpu", "--memory-margin", "0.99")
+    assert result.returncode == 2
+    assert "GiB short" in result.stderr and "Traceback" not in result.stderr
