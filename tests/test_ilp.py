@@ -155,6 +155,12 @@ def test_ilp_matches_brute_force_on_random_dags(problem: Problem) -> None:
     assert plan.certificate.status == "OPTIMAL"
     assert violation(problem, plan.assignment(), plan.device_order()) is None
     assert score(problem, plan) == pytest.approx(brute_force(problem), rel=REL, abs=1e-9)
+    for name, baseline in BASELINES.items():
+        try:
+            other = baseline(problem)
+        except PlanError:  # e.g. a latency floor the baseline misses
+            continue
+        assert score(problem, plan) <= score(problem, other) * (1 + 1e-9), name
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
