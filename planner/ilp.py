@@ -131,6 +131,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     # -- constraints: compute, communication, memory ----------------------------------------
     send_terms: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(k)]
     recv_terms: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(k)]
+    crossings: dict[tuple[int, int, int], cp_model.IntVar] = {}
     for u in range(n):
         if not problem.succ[u] or problem.out_bytes[u] == 0:
             continue
@@ -141,7 +142,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
                 cost = ticks(problem.transfer(u, a, b))
                 if cost == 0:
                     continue
-                y = model.new_bool_var(f"y[{u},{a},{b}]")
+                y = crossings[u, a, b] = model.new_bool_var(f"y[{u},{a},{b}]")
                 for v in problem.succ[u]:
                     model.add_bool_or([x[u][a].Not(), x[v][b].Not(), y])
                 send_terms[a].append((cost, y))
@@ -185,7 +186,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         except PlanError as exc:
             log.info("no baseline fits, solving cold: %s", exc)
     if baseline is not None:
-        _hint(model, problem, baseline, classes, x, pos)
+        _hint(model, problem, baseline, classes, x, pos, place, crossings)
 
     # -- solve ----------------------------------------------------------------------------------
     solver = cp_model.CpSolver()
@@ -248,7 +249,8 @@ def _lower_bound(problem: Problem) -> float:
 
 
 def _hint(model: cp_model.CpModel, problem: Problem, plan: Plan, classes: list[list[int]],
-          x: list[list[cp_model.IntVar]], pos: list[cp_model.IntVar]) -> None:
+          x: list[list[cp_model.IntVar]], pos: list[cp_model.IntVar], place: list[cp_model.IntVar],
+          crossings: dict[tuple[int, int, int], cp_model.IntVar]) -> None:
     """Hint ``plan``, relabelled within each class of interchangeable devices so that it obeys the
     symmetry-breaking order (the relabelled plan costs exactly the same)."""
     k = problem.n_devices
@@ -261,12 +263,17 @@ def _hint(model: cp_model.CpModel, problem: Problem, plan: Plan, classes: list[l
         for target, source in zip(cls, sorted(cls, key=lambda d: position[d]), strict=True):
             relabel[source] = target
     owner = plan.assignment()
-    for v, name in enumerate(problem.layers):
-        hinted = relabel[dev_index[owner[name]]]
+    dev_of = [relabel[dev_index[owner[name]]] for name in problem.layers]
+    slot = {relabel[d]: position[d] for d in range(k)}
+    for v, hinted in enumerate(dev_of):
         for d in range(k):
             model.add_hint(x[v][d], hinted == d)
+        model.add_hint(place[v], slot[hinted])
     for d in range(k):
-        model.add_hint(pos[relabel[d]], position[d])
+        model.add_hint(pos[d], slot[d])
+    # A complete hint: CP-SAT otherwise has to rebuild the crossings of the warm start itself.
+    for (u, a, b), y in crossings.items():
+        model.add_hint(y, dev_of[u] == a and any(dev_of[v] == b for v in problem.succ[u]))
 
 
 def _score(problem: Problem, plan: Plan) -> float:
