@@ -73,7 +73,7 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="a stage's time is max(compute, recv, send) (default) or their sum")
     p.add_argument("--microbatches", type=int, default=4, metavar="M", help="microbatches per batch (4)")
     p.add_argument("--min-throughput", type=float, metavar="X",
-                   help="with --objective latency: at least X samples/s")
+                   help="with --objective latency: at least X samples/s of throughput")
     p.add_argument("--max-devices", type=int, metavar="N", help="use at most N devices")
     p.add_argument("--memory-margin", type=float, default=0.1, metavar="F",
                    help="share of each device's memory left free (0.1)")
@@ -159,7 +159,7 @@ def cmd_costs(args: argparse.Namespace) -> None:
     console.print(device_times_table(graph, cluster, model))
 
 
-def _problem(args: argparse.Namespace, graph: ModelGraph | None = None) -> tuple[Problem, SolverOptions]:
+def _problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
     from costmodel.analytic import RooflineModel
     from planner.ilp import SolverOptions
     from planner.problem import PlanOptions, Problem
@@ -167,7 +167,7 @@ def _problem(args: argparse.Namespace, graph: ModelGraph | None = None) -> tuple
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
                           min_throughput=args.min_throughput, max_devices=args.max_devices,
                           memory_margin=args.memory_margin)
-    problem = Problem(graph or _graph(args), _cluster(args.cluster, args.load), RooflineModel(), options)
+    problem = Problem(_graph(args), _cluster(args.cluster, args.load), RooflineModel(), options)
     return problem, SolverOptions(time_limit=args.time_limit, workers=args.workers, seed=args.seed)
 
 
@@ -186,23 +186,33 @@ def cmd_plan(args: argparse.Namespace) -> None:
         console.print(f"plan written to {args.out}")
 
 
-def cmd_compare(args: argparse.Namespace) -> None:
+def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,
+                     with_plan: bool = False) -> None:
+    """Plan with the ILP and every baseline, print the table (and the ILP's stages), write the PNG."""
+    from pipeplan.render import plan_table
     from planner.compare import compare, comparison_table, plot_comparison
 
-    problem, solver = _problem(args)
-    console = _console()
     console.print(f"planning {problem.graph.model} ({problem.n_layers} layers) on {problem.cluster.name} "
-                  f"with the ILP and every baseline …")
+                  f"with the ILP (CP-SAT) and every baseline, {problem.options.microbatches} microbatches …")
     comp = compare(problem, solver)
+    if with_plan:
+        console.print(plan_table(comp.plans["ilp"]))
     console.print(comparison_table(comp))
-    png = args.png or f"compare-{problem.graph.model}-{problem.cluster.name}.png"
     console.print(f"Gantt charts and memory per device written to {plot_comparison(comp, png)}")
+
+
+def cmd_compare(args: argparse.Namespace) -> None:
+    problem, solver = _problem(args)
+    png = args.png or f"compare-{problem.graph.model}-{problem.cluster.name}.png"
+    _show_comparison(_console(), problem, solver, png)
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
     from costmodel.analytic import RooflineModel
     from costmodel.zoo import capture_model
     from pipeplan.render import cluster_table, device_times_table, graph_table
+    from planner.ilp import SolverOptions
+    from planner.problem import PlanOptions, Problem
 
     console = _console()
     console.rule(f"pipeplan demo: {args.model} on {args.cluster}")
@@ -214,18 +224,9 @@ def cmd_demo(args: argparse.Namespace) -> None:
     console.print(cluster_table(cluster))
     model = RooflineModel()
     console.print(device_times_table(graph, cluster, model))
-    from pipeplan.render import plan_table
-    from planner.compare import compare, comparison_table, plot_comparison
-    from planner.ilp import SolverOptions
-    from planner.problem import PlanOptions, Problem
-
     problem = Problem(graph, cluster, model, PlanOptions(microbatches=args.microbatches))
-    console.print(f"planning with the ILP (CP-SAT) and every baseline, {args.microbatches} microbatches …")
-    comp = compare(problem, SolverOptions(time_limit=args.time_limit, seed=0))
-    console.print(plan_table(comp.plans["ilp"]))
-    console.print(comparison_table(comp))
-    png = plot_comparison(comp, args.png)
-    console.print(f"Gantt charts and memory per device written to {png}")
+    _show_comparison(console, problem, SolverOptions(time_limit=args.time_limit, seed=0), args.png,
+                     with_plan=True)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -14,10 +14,6 @@ from planner.plan import Plan
 __all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "plan_table"]
 
 
-def _num(x: float) -> str:
-    return f"{x:,.0f}"
-
-
 def graph_table(graph: ModelGraph, top: int | None = None) -> Table:
     """One row per layer (topological order), or the ``top`` layers with the most FLOPs."""
     layers: list[Layer] = graph.layers

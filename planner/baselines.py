@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner.plan import Certificate, Plan
+from planner.plan import Certificate, Plan, relative_gap
 from planner.problem import PlanError, Problem
 from planner.simulate import make_plan
 
@@ -82,8 +82,7 @@ def chain_dp(problem: Problem) -> Plan:
     """
     start = time.perf_counter()
     n, k = problem.n_layers, _chunk_count(problem)
-    floor = problem.options.min_throughput
-    cap = 1.0 / floor if floor and problem.options.objective == "latency" else _INF
+    cap = problem.max_bottleneck
     found: list[Bounds] = []
     for pessimistic in (False,) if problem.graph.is_chain else (False, True):
         costs = _chunk_costs(problem, k, pessimistic)
@@ -94,14 +93,16 @@ def chain_dp(problem: Problem) -> Plan:
         if bottleneck > cap:
             if found:  # the pessimistic estimate misses the floor; the optimistic split stands
                 break
-            raise PlanError(f"chain-dp: no split reaches min_throughput={floor:g} microbatches/s; the best "
-                            f"bottleneck is {bottleneck:.6g} s ({1.0 / bottleneck:.6g}/s)")
+            raise PlanError(f"chain-dp: no split reaches min_throughput={problem.options.min_throughput:g} "
+                            f"samples/s; the best bottleneck is {bottleneck:.6g} s "
+                            f"({problem.graph.batch_size / bottleneck:.6g}/s)")
         if problem.options.objective == "latency":
             bounds = _min_latency(costs, n, problem.options.microbatches, cap, bounds, bottleneck)
         if bounds not in found:
             found.append(bounds)
     status = "OPTIMAL" if _exact_case(problem) else "HEURISTIC"
-    return min((_finish(problem, bounds, "chain-dp", status, start) for bounds in found), key=_value)
+    return min((_finish(problem, bounds, "chain-dp", status, start) for bounds in found),
+               key=lambda plan: plan.objective_value)
 
 
 BASELINES: dict[str, Baseline] = {"uniform": uniform, "param-balanced": param_balanced,
@@ -120,12 +121,12 @@ def best_baseline(problem: Problem) -> Plan:
     that does not fit in memory, or misses the latency objective's ``min_throughput``, is skipped."""
     plans: list[Plan] = []
     failures: list[str] = []
-    floor = problem.options.min_throughput
     for name, baseline in BASELINES.items():
         try:
             plan = baseline(problem)
-            if problem.options.objective == "latency" and floor and plan.bottleneck * floor > 1.0:
-                raise PlanError(f"{name} misses min_throughput={floor:g}/s ({1.0 / plan.bottleneck:.6g}/s)")
+            if plan.bottleneck > problem.max_bottleneck:
+                raise PlanError(f"{name} misses min_throughput={problem.options.min_throughput:g}/s "
+                                f"({plan.throughput:.6g}/s)")
             plans.append(plan)
         except PlanError as exc:
             logger.debug("baseline skipped: %s", exc)
@@ -133,15 +134,11 @@ def best_baseline(problem: Problem) -> Plan:
     if not plans:
         raise PlanError(f"no baseline found a plan that fits {problem.graph.model!r} on "
                         f"{problem.cluster.name!r}: " + "; ".join(failures))
-    return min(plans, key=_value)
+    return min(plans, key=lambda plan: plan.objective_value)
 
 
 def _chunk_count(problem: Problem) -> int:
     return min(problem.options.max_devices or problem.n_devices, problem.n_layers)
-
-
-def _value(plan: Plan) -> float:
-    return plan.latency if plan.options.objective == "latency" else plan.bottleneck
 
 
 def _finish(problem: Problem, bounds: Bounds, method: str, status: str, start: float) -> Plan:
@@ -151,13 +148,9 @@ def _finish(problem: Problem, bounds: Bounds, method: str, status: str, start: f
     cert = Certificate(method=method, status=status, objective=0.0,
                        details={"chunk_sizes": [bounds[c + 1] - bounds[c] for c in range(chunks)]})
     plan = make_plan(problem, dev_of, cert, order=problem.devices[:chunks])
-    cert.objective = _value(plan)
-    # a stage takes at least its compute, so the problem's bounds hold for any plan
-    bound = problem.lower_bound()
-    if problem.options.objective == "latency":
-        bound = sum(min(row) for row in problem.time) + (problem.options.microbatches - 1) * bound
-    cert.best_bound = cert.objective if status == "OPTIMAL" else bound
-    cert.gap = max(0.0, 1.0 - cert.best_bound / cert.objective) if cert.objective > 0 else 0.0
+    cert.objective = plan.objective_value
+    cert.best_bound = cert.objective if status == "OPTIMAL" else problem.objective_lower_bound()
+    cert.gap = relative_gap(cert.objective, cert.best_bound)
     cert.solve_time = time.perf_counter() - start
     return plan
 

@@ -28,9 +28,6 @@ class Comparison:
     failures: dict[str, str]  # method -> why it produced no plan
     lower_bound: float
 
-    def score(self, plan: Plan) -> float:
-        return plan.latency if self.problem.options.objective == "latency" else plan.bottleneck
-
 
 def compare(problem: Problem, solver: SolverOptions | None = None) -> Comparison:
     """Plan ``problem`` with the ILP and every baseline, all scored by the same simulator."""
@@ -54,14 +51,14 @@ def comparison_table(comp: Comparison) -> Table:
     for col in ("method", "status", "devices", "bottleneck", "throughput", "latency", "peak memory",
                 f"{objective} ÷ ILP", "bottleneck ÷ bound", "gap", "time"):
         table.add_column(col, justify="left" if col in ("method", "status", "devices") else "right")
-    ilp = comp.score(comp.plans["ilp"])
+    ilp = comp.plans["ilp"].objective_value
     for name, plan in comp.plans.items():
         cert = plan.certificate
         table.add_row(
             name if cert.method == name else f"{name} ({cert.method})", cert.status,
             " → ".join(plan.device_order()), format_seconds(plan.bottleneck),
             f"{plan.throughput:,.1f}/s", format_seconds(plan.latency), format_bytes(plan.peak_memory),
-            f"{comp.score(plan) / ilp:.3f}" if ilp else "—",
+            f"{plan.objective_value / ilp:.3f}" if ilp else "—",
             f"{plan.bottleneck / comp.lower_bound:.3f}" if comp.lower_bound else "—",
             "—" if cert.gap is None else f"{cert.gap:.2%}", f"{cert.solve_time:.2f}s")
     for name, why in comp.failures.items():

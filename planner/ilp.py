@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from planner.baselines import best_baseline
-from planner.plan import Certificate, Plan
+from planner.plan import Certificate, Plan, relative_gap
 from planner.problem import PlanError, Problem
 from planner.simulate import make_plan
 
@@ -171,9 +171,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
 
     # -- objective ----------------------------------------------------------------------------
     if latency_objective:
-        if problem.options.min_throughput is not None:
-            cap = problem.graph.batch_size / problem.options.min_throughput
-            model.add(bottleneck <= math.floor(cap * scale))
+        if problem.max_bottleneck < math.inf:
+            model.add(bottleneck <= math.floor(problem.max_bottleneck * scale))
         model.minimize(sum(stage) + (problem.options.microbatches - 1) * bottleneck)
     else:
         model.minimize(bottleneck)
@@ -206,7 +205,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
                         "breaks a device's memory capacity (or max_devices); add devices or memory, or "
                         "lower the microbatches in flight")
     bound = solver.best_objective_bound / scale if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-    bound = max(bound, _lower_bound(problem))
+    bound = max(bound, problem.objective_lower_bound())
     details = {"solver_status": name, "workers": solver.parameters.num_workers, "seed": opts.seed,
                "time_limit": opts.time_limit, "variables": len(model.proto.variables),
                "constraints": len(model.proto.constraints),
@@ -217,18 +216,18 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         used_devices = sorted(set(assignment), key=lambda d: solver.value(pos[d]))
         objective = solver.objective_value / scale
         # With a gap limit CP-SAT reports OPTIMAL once within it: the gap is what the bound says.
-        gap = _gap(objective, min(bound, objective))
-        certificate = Certificate("ilp", name, objective, min(bound, objective), gap, elapsed, details)
+        certificate = Certificate("ilp", name, objective, min(bound, objective),
+                                  relative_gap(objective, bound), elapsed, details)
         plan = make_plan(problem, assignment, certificate, order=[problem.devices[d] for d in used_devices])
     # The solver works on rounded ticks and may stop before it improves on its warm start: never hand
     # back something worse than the best baseline, but say where the plan came from.
-    if baseline is not None and (plan is None or _score(problem, baseline) < _score(problem, plan) * (1 - 1e-9)):
-        objective = _score(problem, baseline)
+    if baseline is not None and (plan is None or baseline.objective_value < plan.objective_value * (1 - 1e-9)):
+        objective = baseline.objective_value
         details["solution"] = f"warm start ({baseline.method}); the solver found nothing better in time"
         proven = status == cp_model.OPTIMAL
         baseline.certificate = Certificate("ilp", "OPTIMAL" if proven else "FEASIBLE", objective,
-                                           min(bound, objective),
-                                           _gap(objective, min(bound, objective)), elapsed, details)
+                                           min(bound, objective), relative_gap(objective, bound), elapsed,
+                                           details)
         return baseline
     if plan is None:
         raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
@@ -236,16 +235,6 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     return plan
 
 
-def _gap(objective: float, bound: float) -> float:
-    return max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
-
-
-def _lower_bound(problem: Problem) -> float:
-    """Seconds no plan can beat on this objective, known without solving."""
-    if problem.options.objective == "latency":
-        fastest = sum(min(row) for row in problem.time)
-        return fastest + (problem.options.microbatches - 1) * problem.lower_bound()
-    return problem.lower_bound()
 
 
 def _hint(model: cp_model.CpModel, problem: Problem, plan: Plan, classes: list[list[int]],
@@ -274,7 +263,3 @@ def _hint(model: cp_model.CpModel, problem: Problem, plan: Plan, classes: list[l
     # A complete hint: CP-SAT otherwise has to rebuild the crossings of the warm start itself.
     for (u, a, b), y in crossings.items():
         model.add_hint(y, dev_of[u] == a and any(dev_of[v] == b for v in problem.succ[u]))
-
-
-def _score(problem: Problem, plan: Plan) -> float:
-    return plan.latency if problem.options.objective == "latency" else plan.bottleneck

@@ -14,10 +14,15 @@ from typing import Any
 
 from planner.problem import PlanError, PlanOptions
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage"]
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage", "relative_gap"]
 
 PLAN_FORMAT = "pipeplan.plan"
 PLAN_VERSION = 1
+
+
+def relative_gap(objective: float, bound: float) -> float:
+    """``(objective − bound) / objective``, never negative; 0 for a zero objective."""
+    return max(0.0, (objective - bound) / objective) if objective > 0 else 0.0
 
 
 @dataclass
@@ -67,6 +72,11 @@ class Plan:
     def throughput(self) -> float:
         """Samples per second in steady state."""
         return self.batch_size / self.bottleneck if self.bottleneck > 0 else float("inf")
+
+    @property
+    def objective_value(self) -> float:
+        """What the plan's objective minimises: latency, or the bottleneck for throughput."""
+        return self.latency if self.options.objective == "latency" else self.bottleneck
 
     @property
     def peak_memory(self) -> int:

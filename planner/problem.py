@@ -46,7 +46,7 @@ class PlanOptions:
     microbatches: int = 4
     in_flight: int | None = None  # microbatches whose activations a stage keeps; None → microbatches
     memory_margin: float = 0.1  # share of each device's memory kept free for the runtime
-    min_throughput: float | None = None  # microbatches/s floor for the latency objective
+    min_throughput: float | None = None  # samples/s floor (a plan's throughput) for the latency objective
     max_devices: int | None = None  # use at most this many devices
 
     def __post_init__(self) -> None:
@@ -99,8 +99,6 @@ class Problem:
         self.workspace = [m.workspace for m in mem]
         self.succ: list[list[int]] = [[self.index[s] for s in self.graph.successors(name)]
                                       for name in self.layers]
-        self.pred: list[list[int]] = [[self.index[p] for p in self.graph.predecessors(name)]
-                                      for name in self.layers]
         self.edges: list[tuple[int, int]] = [(u, v) for u in range(n) for v in self.succ[u]]
         self.out_bytes = [max((self.graph.edge_bytes(self.layers[u], self.layers[v]) for v in self.succ[u]),
                               default=0) for u in range(n)]
@@ -136,6 +134,24 @@ class Problem:
         best = [min(row) for row in self.time]
         spread = sum(best) / (self.options.max_devices or self.n_devices)
         return max(max(best, default=0.0), spread)
+
+    def objective_lower_bound(self) -> float:
+        """Seconds no plan can beat on the options' objective, known without solving.
+
+        Latency is Σ stage + (M − 1)·bottleneck, and each stage takes at least its compute.
+        """
+        if self.options.objective == "latency":
+            fastest = sum(min(row) for row in self.time)
+            return fastest + (self.options.microbatches - 1) * self.lower_bound()
+        return self.lower_bound()
+
+    @property
+    def max_bottleneck(self) -> float:
+        """The slowest bottleneck the latency objective's ``min_throughput`` allows (inf: no floor)."""
+        floor = self.options.min_throughput
+        if self.options.objective != "latency" or floor is None:
+            return float("inf")
+        return self.graph.batch_size / floor
 
     def check_fits(self) -> None:
         """Raise :class:`PlanError` naming the shortfall when the model cannot fit at all."""
