@@ -3,7 +3,7 @@
 Public surface::
 
     from costmodel import capture, capture_model, ModelGraph, Layer, Device, Contention
-    from costmodel import CostModel, RooflineModel
+    from costmodel import CostModel, RooflineModel, LearnedCostModel, load_cost_model, CoRunners
 
 ``costmodel`` knows nothing of the planner, the executor or the service.  Names are imported
 lazily so that light users (a cluster spec, the CLI's ``--help``) do not pay for importing torch.
@@ -19,6 +19,9 @@ _EXPORTS = {
     "CostModel": "costmodel.base",
     "LayerMemory": "costmodel.base",
     "CaptureError": "costmodel.capture",
+    "CoRunners": "costmodel.corunners",
+    "LearnedCostModel": "costmodel.learned",
+    "load_cost_model": "costmodel.registry",
     "capture": "costmodel.capture",
     "parse_granularity": "costmodel.capture",
     "GraphError": "costmodel.graph",

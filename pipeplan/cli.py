@@ -11,11 +11,12 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from costmodel.base import CostModel
     from costmodel.graph import ModelGraph
     from planner.cluster import Cluster
     from planner.ilp import SolverOptions
@@ -78,8 +79,21 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--memory-margin", type=float, default=0.1, metavar="F",
                    help="share of each device's memory left free (0.1)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
+    _add_costmodel_arg(p)
     p.add_argument("--workers", type=int, metavar="N", help="solver threads (default: all cores)")
     p.add_argument("--seed", type=int, default=0, help="solver seed (0)")
+
+
+def _add_costmodel_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--costmodel", default="analytic", metavar="CM",
+                   help="analytic (roofline, default), learned (the shipped contention-aware CPU model) "
+                   "or the path of a model file from `pipeplan costmodel train`")
+
+
+def _cost_model(args: argparse.Namespace) -> CostModel:
+    from costmodel.registry import load_cost_model
+
+    return load_cost_model(args.costmodel)
 
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
@@ -147,12 +161,11 @@ def cmd_cluster(args: argparse.Namespace) -> None:
 
 
 def cmd_costs(args: argparse.Namespace) -> None:
-    from costmodel.analytic import RooflineModel
     from pipeplan.render import device_times_table, layer_times_table
 
     graph = _graph(args)
     cluster = _cluster(args.cluster, args.load)
-    model = RooflineModel()
+    model = _cost_model(args)
     console = _console()
     if not args.summary:
         console.print(layer_times_table(graph, cluster, model))
@@ -160,14 +173,13 @@ def cmd_costs(args: argparse.Namespace) -> None:
 
 
 def _problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
-    from costmodel.analytic import RooflineModel
     from planner.ilp import SolverOptions
     from planner.problem import PlanOptions, Problem
 
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
                           min_throughput=args.min_throughput, max_devices=args.max_devices,
                           memory_margin=args.memory_margin)
-    problem = Problem(_graph(args), _cluster(args.cluster, args.load), RooflineModel(), options)
+    problem = Problem(_graph(args), _cluster(args.cluster, args.load), _cost_model(args), options)
     return problem, SolverOptions(time_limit=args.time_limit, workers=args.workers, seed=args.seed)
 
 
@@ -208,7 +220,6 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from costmodel.analytic import RooflineModel
     from costmodel.zoo import capture_model
     from pipeplan.render import cluster_table, device_times_table, graph_table
     from planner.ilp import SolverOptions
@@ -222,7 +233,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     console.print(graph_table(graph))
     cluster = _cluster(args.cluster, args.load)
     console.print(cluster_table(cluster))
-    model = RooflineModel()
+    model = _cost_model(args)
     console.print(device_times_table(graph, cluster, model))
     problem = Problem(graph, cluster, model, PlanOptions(microbatches=args.microbatches))
     _show_comparison(console, problem, SolverOptions(time_limit=args.time_limit, seed=0), args.png,
@@ -264,6 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
                    help="override a device's load (repeatable)")
     p.add_argument("--summary", action="store_true", help="only the per-device totals")
+    _add_costmodel_arg(p)
     p.set_defaults(func=cmd_costs)
 
     p = sub.add_parser("plan", help="split a model into pipeline stages with the ILP (CP-SAT)",
@@ -295,8 +307,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--microbatches", type=int, default=4)
     p.add_argument("--time-limit", type=float, default=10.0)
     p.add_argument("--png", default="demo-compare.png")
+    _add_costmodel_arg(p)
     p.set_defaults(func=cmd_demo)
+
+    # Commands of the other packages (profile, costmodel, run, serve, token) live beside their code.
+    for module in _extensions():
+        module.register(sub)
     return parser
+
+
+def _extensions() -> list[Any]:
+    """Modules that add subcommands: each has ``register(subparsers)`` and ``USER_ERRORS``."""
+    import api.cli
+    import costmodel.cli
+    import executor.cli
+
+    return [costmodel.cli, executor.cli, api.cli]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -310,9 +336,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     from planner.cluster import ClusterError
     from planner.problem import PlanError
 
+    user_errors: tuple[type[Exception], ...] = (CliError, CaptureError, GraphError, ZooError, ClusterError,
+                                                 PlanError, ValueError)
+    for module in _extensions():
+        user_errors += tuple(module.USER_ERRORS)
     try:
         args.func(args)
-    except (CliError, CaptureError, GraphError, ZooError, ClusterError, PlanError, ValueError) as exc:
+    except user_errors as exc:
         print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
         return 2
     return 0

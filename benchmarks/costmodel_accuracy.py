@@ -1,0 +1,87 @@
+"""Accuracy of the learned cost model on layer shapes it never saw (issue 4's benchmark).
+
+Splits the profile dataset by layer configuration (a quarter of the shapes held out, for several
+seeds), fits the models on the rest and prints, overall and per contention level: MAPE and the share
+of predictions within ±10% for the main model (gradient-boosted trees), the linear baseline and the
+analytic roofline (with the device's measured FLOP/s and bandwidth, slowed by the contention shares).
+
+    python benchmarks/costmodel_accuracy.py                      # the shipped CPU dataset
+    python benchmarks/costmodel_accuracy.py --data mine.csv --seeds 5
+
+Targets: main model MAPE ≤ 10% overall and under every contention level, ≥ 85% within ±10%.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from typing import Any
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+from costmodel.analytic import RooflineModel
+from costmodel.dataset import contention_from_row, read_dataset
+from costmodel.graph import Layer
+from costmodel.hardware import Device
+from costmodel.learned import encode, fit_estimators, held_out_split, predict_log_time, vocabulary_of
+from costmodel.registry import SHIPPED_DATASET
+
+
+def roofline_time(row: dict[str, Any]) -> float:
+    layer = Layer("x", row["layer_kind"], row["module_type"], 0, flops=row["flops"], bytes_read=row["bytes_read"],
+                  bytes_written=row["bytes_written"], param_bytes=row["param_bytes"], activation_bytes=0,
+                  kernels=row["kernels"])
+    device = Device(id="d", type=row["device_type"], memory=1 << 30, peak_flops=row["peak_flops"],
+                    mem_bandwidth=row["mem_bandwidth"], cores=[0])
+    return RooflineModel().layer_time(layer, device, contention_from_row(row))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=str(SHIPPED_DATASET))
+    parser.add_argument("--seeds", type=int, default=3, help="held-out splits to average over (3)")
+    args = parser.parse_args()
+    rows = read_dataset(args.data)
+    vocabulary = vocabulary_of(rows)
+    # errors[model][level] = list of relative errors over every seed's held-out rows
+    errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
+    fit_seconds = []
+    for seed in range(args.seeds):
+        train, test = held_out_split(rows, seed=seed)
+        started = time.perf_counter()
+        estimators = fit_estimators([rows[i] for i in train], vocabulary, seed)
+        fit_seconds.append(time.perf_counter() - started)
+        test_rows = [rows[i] for i in test]
+        x = encode(test_rows, vocabulary)
+        measured = np.array([r["time_s"] for r in test_rows])
+        predictions = {name: np.power(10.0, predict_log_time(estimators, name, x)) for name in ("main", "linear")}
+        predictions["roofline"] = np.array([roofline_time(r) for r in test_rows])
+        for name, predicted in predictions.items():
+            rel = np.abs(predicted - measured) / measured
+            for r, e in zip(test_rows, rel, strict=True):
+                errors[name][r["contention"]].append(float(e))
+                errors[name]["overall"].append(float(e))
+
+    levels = ["overall", *sorted(k for k in errors["main"] if k != "overall")]
+    table = Table(title=f"held-out shapes: {len(rows)} rows, {len({r['config'] for r in rows})} configurations, "
+                  f"{args.seeds} splits (¼ of the shapes held out each)", title_justify="left")
+    table.add_column("contention")
+    table.add_column("rows", justify="right")
+    for name in ("main", "linear", "roofline"):
+        table.add_column(f"{name} MAPE %", justify="right")
+        table.add_column(f"{name} ≤±10%", justify="right")
+    for level in levels:
+        cells = [level, str(len(errors["main"][level]))]
+        for name in ("main", "linear", "roofline"):
+            e = np.array(errors[name][level])
+            cells += [f"{100 * e.mean():.1f}", f"{100 * (e <= 0.1).mean():.0f}%"]
+        table.add_row(*cells)
+    Console(width=150).print(table)
+    print(f"fit time (main + linear + tree) per split: {np.mean(fit_seconds):.1f} s")
+
+
+if __name__ == "__main__":
+    main()

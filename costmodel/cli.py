@@ -1,0 +1,178 @@
+"""``pipeplan profile`` and ``pipeplan costmodel train|report|predict`` (registered by :mod:`pipeplan.cli`).
+
+Heavy imports happen inside the command functions so that ``pipeplan --help`` answers at once.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+__all__ = ["USER_ERRORS", "register"]
+
+DEFAULT_MODELS = ("gpt2", "bert-base", "vit-base", "resnet-50", "convnext-tiny")
+DEFAULT_LAYERS = "sweep," + ",".join(f"model:{m}" for m in DEFAULT_MODELS)
+
+
+def _user_errors() -> tuple[type[Exception], ...]:
+    from costmodel.corunners import CoRunnerError
+
+    return (CoRunnerError,)
+
+
+# Exceptions that mean "the user asked for something wrong": printed as one line, exit status 2.
+# (ModelFileError and dataset errors are ValueErrors, which the CLI already reports that way.)
+USER_ERRORS: tuple[type[Exception], ...] = _user_errors()
+
+
+def _targets(layers: str, per_kind: int, gpu: int | None) -> list[Any]:
+    from costmodel.layerspecs import KINDS, default_sweep, parse_spec
+    from costmodel.profile import targets_from_models, targets_from_specs
+
+    # Items are comma-separated and so are a shape's parameters: "k=v" pieces belong to the item before.
+    items: list[str] = []
+    for piece in (x.strip() for x in layers.split(",") if x.strip()):
+        if "=" in piece and ":" not in piece and items:
+            items[-1] += "," + piece
+        else:
+            items.append(piece)
+    specs, models, kinds = [], [], []
+    for item in items:
+        if item == "sweep":
+            kinds += list(KINDS)
+        elif item.startswith("model:"):
+            models.append(item.removeprefix("model:"))
+        elif ":" in item:
+            specs.append(parse_spec(item))
+        elif item in KINDS:
+            kinds.append(item)
+        else:
+            raise ValueError(f"--layers {item!r}: give 'sweep', a layer type ({', '.join(KINDS)}), "
+                             "model:NAME or a shape such as linear:m=64,k=768,n=768")
+    if kinds:
+        specs += default_sweep(per_kind, kinds)
+    return targets_from_specs(specs, gpu) + targets_from_models(models, gpu)
+
+
+def cmd_profile(args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from costmodel.hardware import Contention
+    from costmodel.profile import ProfileSettings, measure_device, profile
+
+    console = Console(stderr=True)
+    out = Path(args.out)
+    if out.exists() and not args.append:
+        raise ValueError(f"{out} exists: pass --append to add rows to it, or choose another --out")
+    settings = ProfileSettings(
+        levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,
+        repeats=args.repeats, window=args.window_ms / 1000.0, loaded_window=args.loaded_window_ms / 1000.0,
+        gpu=args.gpu,
+        budget=args.budget_minutes * 60.0 if args.budget_minutes else None,
+        device_type=args.device_type)
+    console.print("building and capturing the layers to profile …")
+    targets = _targets(args.layers, args.per_kind, args.gpu)
+    device = measure_device(settings)
+    console.print(f"device {device.type}: {device.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), "
+                  f"{device.mem_bandwidth / 1e9:.1f} GB/s (copy), measured idle on cores "
+                  f"{list(settings.cores)} with {settings.threads} thread(s)")
+    console.print(f"{len(targets)} layers × {len(settings.levels)} contention levels "
+                  f"({', '.join(c.describe() for c in settings.levels)})"
+                  + (f", budget {args.budget_minutes:g} min" if args.budget_minutes else ""))
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, transient=False) as bar:
+        task = bar.add_task("profiling", total=len(targets) * len(settings.levels))
+
+        def step(done: int, total: int, what: str) -> None:
+            bar.update(task, completed=done, description=what[:60].ljust(60))
+
+        rows = profile(targets, out, settings, device, progress=step)
+    console.print(f"{rows} measurements written to {out}")
+
+
+def cmd_train(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from costmodel.dataset import read_dataset
+    from costmodel.learned import LearnedCostModel
+
+    console = Console()
+    rows = read_dataset(args.data)
+    console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
+                  "configurations (holding out a quarter of the shapes to evaluate first) …")
+    model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval)
+    model.save(args.out)
+    evaluation = model.meta.get("evaluation")
+    if evaluation:
+        for name in ("main", "linear"):
+            o = evaluation[name]["overall"]
+            console.print(f"{name:>6}: held-out MAPE {o['mape']:.1f}%, {o['within10']:.0f}% within ±10% "
+                          f"({o['n']} rows)")
+    console.print(f"model written to {args.out}")
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from rich.console import Console
+    from rich.markdown import Markdown
+
+    from costmodel.learned import LearnedCostModel
+    from costmodel.registry import resolve_model_path
+    from costmodel.report import markdown_report, write_plots
+
+    model = LearnedCostModel.load(resolve_model_path(args.model))
+    text = markdown_report(model)
+    Console().print(Markdown(text))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(text)
+        for path in write_plots(model, out):
+            print(f"wrote {path}")
+        print(f"wrote {out / 'report.md'}")
+
+
+def register(sub: Any) -> None:
+    """Add ``profile`` and ``costmodel`` to the ``pipeplan`` subparsers ``sub``."""
+    p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
+                       description="Time layers on this machine's CPU cores (or a GPU) while real "
+                       "co-runner processes contend for them, one row per layer and contention level.")
+    p.add_argument("--out", required=True, metavar="DATA.csv", help="the dataset to write")
+    p.add_argument("--append", action="store_true", help="add rows to an existing dataset")
+    p.add_argument("--levels", default="idle,1xcompute,2xcompute,1xmemory,2xmemory,1xmixed,50%",
+                   metavar="L,L,…", help="contention levels (default: idle and six loads)")
+    p.add_argument("--layers", default=DEFAULT_LAYERS, metavar="X,X,…",
+                   help="'sweep' (every layer type), layer types (linear, conv2d, …), model:NAME for a "
+                   "zoo model's layers, or shapes such as linear:m=64,k=768,n=768 "
+                   "(default: the sweep and the layers of gpt2, bert-base, vit-base, resnet-50, convnext-tiny)")
+    p.add_argument("--per-kind", type=int, default=12, metavar="N", help="shapes per layer type in the sweep (12)")
+    p.add_argument("--budget-minutes", type=float, metavar="N", help="stop after about N minutes")
+    p.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[0], metavar="C,C",
+                   help="CPU cores to run on, co-runners included (default 0)")
+    p.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads (1)")
+    p.add_argument("--repeats", type=int, default=5, metavar="R", help="timed windows per layer (5)")
+    p.add_argument("--window-ms", type=float, default=25.0, metavar="MS", help="length of an idle window (25 ms)")
+    p.add_argument("--loaded-window-ms", type=float, default=80.0, metavar="MS",
+                   help="length of a window under contention (80 ms: many scheduler slices)")
+    p.add_argument("--gpu", type=int, metavar="I", help="profile CUDA device I instead of the CPU")
+    p.add_argument("--device-type", default="cpu-core", metavar="T",
+                   help="device type the rows describe, as cluster specs name it (cpu-core)")
+    p.set_defaults(func=cmd_profile)
+
+    p = sub.add_parser("costmodel", help="train and explain learned, contention-aware cost models")
+    cm = p.add_subparsers(dest="costmodel_command", metavar="ACTION", required=True)
+    t = cm.add_parser("train", help="fit the models on a profile dataset and save them",
+                      description="Fit gradient-boosted trees (the predictor), a linear baseline and an "
+                      "explaining decision tree on DATA; first evaluate them on held-out shapes.")
+    t.add_argument("data", metavar="DATA.csv")
+    t.add_argument("--out", required=True, metavar="MODEL.zip")
+    t.add_argument("--seed", type=int, default=0)
+    t.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    t.set_defaults(func=cmd_train)
+    r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",
+                      description="Print MODEL's held-out errors (overall, per contention level, per layer "
+                      "type) and importances; with --out also write report.md and PNGs.")
+    r.add_argument("model", metavar="MODEL", help="a model file, or 'learned' for the shipped CPU model")
+    r.add_argument("--out", metavar="DIR", help="write report.md and the PNGs here")
+    r.set_defaults(func=cmd_report)

@@ -1,0 +1,171 @@
+"""The tidy profile dataset: one row per measurement, and the features the learned models read.
+
+A row holds the layer's features (type, FLOPs, bytes, parameters, intensity, batch), the device
+(type, peak FLOP/s, bandwidth), the contention (co-runners, kind, utilisation, the shares they take)
+and the measured forward time (median, spread) with the settings it was measured under. The same
+feature functions turn a captured :class:`~costmodel.graph.Layer` on a planner
+:class:`~costmodel.hardware.Device` into a row at prediction time, so training and prediction can
+never disagree on what a feature means.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+
+__all__ = [
+    "CATEGORICAL", "COLUMNS", "NUMERIC", "contention_features", "contention_from_row", "device_features",
+    "layer_features", "main_op", "model_inputs", "read_dataset", "write_rows",
+]
+
+# Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
+CATEGORICAL = ("layer_kind", "main_op", "contention_kind")
+NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes", "log_intensity",
+           "log_batch", "kernels", "log_roofline_s", "corunners", "utilization", "compute_share",
+           "memory_share")
+
+# Every column of the CSV, in order.
+COLUMNS = (
+    # what was measured
+    "config", "source", "layer_kind", "main_op", "module_type", "input_shapes",
+    "flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch",
+    # where
+    "device_type", "device_name", "peak_flops", "mem_bandwidth", "threads", "cores",
+    # under what load
+    "contention", "corunners", "contention_kind", "utilization", "compute_share", "memory_share",
+    # the measurement
+    "time_s", "time_min_s", "time_max_s", "spread", "repeats", "iterations",
+    "loadavg", "torch_version", "measured_at",
+)
+_INT_COLUMNS = {"flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch", "threads",
+                "corunners", "repeats", "iterations"}
+_FLOAT_COLUMNS = {"peak_flops", "mem_bandwidth", "utilization", "compute_share", "memory_share", "time_s",
+                  "time_min_s", "time_max_s", "spread", "loadavg"}
+
+
+# Operators that only move views or metadata around a layer's real work.
+_SHAPE_OPS = frozenset(
+    f"aten.{name}" for name in ("view", "reshape", "_unsafe_view", "transpose", "permute", "unsqueeze", "squeeze",
+                                "expand", "slice", "select", "split", "flatten", "t", "to", "detach", "alias",
+                                "contiguous", "clone", "unbind", "chunk"))
+
+
+def main_op(layer: Layer) -> str:
+    """The layer's first operator that does work (``aten.gelu`` vs ``aten.relu``, ``aten.addmm``, …).
+
+    The layer kind alone puts ReLU and GELU together, though GELU costs several times more.
+
+    >>> main_op(Layer("x", "linear", "Linear", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
+    ...               activation_bytes=1, ops=["aten.view", "aten.addmm", "aten.view"]))
+    'aten.addmm'
+    """
+    for op in layer.ops:
+        if op.startswith("aten.") and op not in _SHAPE_OPS:
+            return op
+    return layer.ops[0] if layer.ops else "none"
+
+
+_OVERHEAD_CPU, _OVERHEAD_GPU = 3e-6, 5e-6  # seconds per kernel, as in costmodel.analytic
+
+
+def _log(x: float) -> float:
+    return math.log10(1.0 + max(0.0, float(x)))
+
+
+def layer_features(layer: Layer) -> dict[str, Any]:
+    """The layer's columns of a row (raw values; :func:`model_inputs` derives the logs)."""
+    batch = layer.input_shapes[0][0] if layer.input_shapes and layer.input_shapes[0] else 1
+    return {"layer_kind": layer.kind, "main_op": main_op(layer), "module_type": layer.module_type,
+            "input_shapes": ";".join("x".join(map(str, s)) for s in layer.input_shapes),
+            "flops": layer.flops, "bytes_read": layer.bytes_read, "bytes_written": layer.bytes_written,
+            "param_bytes": layer.param_bytes, "kernels": layer.kernels, "batch": batch}
+
+
+def device_features(device: Device) -> dict[str, Any]:
+    return {"device_type": device.type, "peak_flops": device.peak_flops, "mem_bandwidth": device.mem_bandwidth}
+
+
+def contention_features(load: Contention) -> dict[str, Any]:
+    compute, memory = load.shares()
+    return {"contention": load.describe(), "corunners": load.corunners,
+            "contention_kind": "none" if load.idle else ("utilization" if load.utilization is not None else load.kind),
+            "utilization": load.utilization or 0.0, "compute_share": compute, "memory_share": memory}
+
+
+def contention_from_row(row: dict[str, Any]) -> Contention:
+    """The :class:`Contention` a row was measured under."""
+    if row["contention_kind"] == "none":
+        return Contention()
+    if row["contention_kind"] == "utilization":
+        return Contention(utilization=float(row["utilization"]))
+    return Contention(corunners=int(row["corunners"]), kind=row["contention_kind"])
+
+
+def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
+    """The model features of a row: categorical strings and numeric values, by name."""
+    flops, moved = float(row["flops"]), float(row["bytes_read"]) + float(row["bytes_written"])
+    # The idle roofline time with the per-kernel dispatch cost (as RooflineModel counts it): the learned
+    # models predict how far the real time sits from it, which carries over to unseen sizes.
+    overhead = _OVERHEAD_CPU if "cpu" in str(row["device_type"]).lower() else _OVERHEAD_GPU
+    roofline = (max(flops / float(row["peak_flops"]), moved / float(row["mem_bandwidth"]))
+                + float(row["kernels"]) * overhead)
+    out: dict[str, Any] = {name: row[name] for name in CATEGORICAL}
+    out.update({
+        "log_flops": _log(flops), "log_bytes_read": _log(row["bytes_read"]),
+        "log_bytes_written": _log(row["bytes_written"]), "log_param_bytes": _log(row["param_bytes"]),
+        "log_intensity": math.log10((flops + 1.0) / (moved + 1.0)), "log_batch": _log(row["batch"]),
+        "kernels": float(row["kernels"]), "log_roofline_s": math.log10(roofline + 1e-9),
+        "corunners": float(row["corunners"]), "utilization": float(row["utilization"]),
+        "compute_share": float(row["compute_share"]), "memory_share": float(row["memory_share"]),
+    })
+    return out
+
+
+def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = False) -> int:
+    """Write (or append) rows to a CSV with the header :data:`COLUMNS`; returns how many."""
+    path = Path(path)
+    new = not append or not path.exists() or path.stat().st_size == 0
+    count = 0
+    with path.open("w" if new else "a", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="raise")
+        if new:
+            writer.writeheader()
+        for row in rows:
+            writer.writerow(row)
+            count += 1
+    return count
+
+
+def read_dataset(path: str | Path, required: Sequence[str] = COLUMNS) -> list[dict[str, Any]]:
+    """Rows of a profile CSV with numbers converted; raises ``ValueError`` naming what is wrong."""
+    path = Path(path)
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            missing = [c for c in required if c not in (reader.fieldnames or [])]
+            if missing:
+                raise ValueError(f"{path}: not a pipeplan profile dataset, missing columns {', '.join(missing)}")
+            rows = []
+            for line, raw in enumerate(reader, start=2):
+                row: dict[str, Any] = dict(raw)
+                try:
+                    for col in _INT_COLUMNS & row.keys():
+                        row[col] = int(float(row[col]))
+                    for col in _FLOAT_COLUMNS & row.keys():
+                        row[col] = float(row[col])
+                except (TypeError, ValueError):
+                    raise ValueError(f"{path}, line {line}: a numeric column holds {raw!r}") from None
+                if not row["time_s"] > 0:
+                    raise ValueError(f"{path}, line {line}: time_s must be positive, got {row['time_s']}")
+                rows.append(row)
+    except OSError as exc:
+        raise ValueError(f"cannot read dataset {path}: {exc}") from None
+    if not rows:
+        raise ValueError(f"{path}: the dataset has no rows")
+    return rows

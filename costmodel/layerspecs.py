@@ -1,0 +1,211 @@
+"""The layers the profiler times: single operators at chosen shapes, and the layers of zoo models.
+
+A :class:`LayerSpec` names one layer configuration (``linear:m=128,k=768,n=3072``); ``build()``
+makes the module and its inputs.  :func:`default_sweep` is the shape sweep shipped with pipeplan:
+per layer type, a seeded sample of a grid that covers the shapes of the zoo models (GPT-2/BERT/ViT
+widths 768 and 3072, ResNet/ConvNeXt channels 64–2048) scaled so one call stays under ~50 ms on a
+single CPU core.  :func:`model_layers` takes every leaf module of a zoo model with the inputs it
+receives in a real forward pass, so whole layers of real architectures are profiled too.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from costmodel.graph import Layer
+
+__all__ = ["KINDS", "LayerSpec", "ModelLayer", "default_sweep", "model_layers", "parse_spec"]
+
+
+class _Attention(nn.Module):
+    def __init__(self, causal: bool) -> None:
+        super().__init__()
+        self.causal = causal
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=self.causal)
+
+
+class _BatchedMatmul(nn.Module):
+    def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        return torch.bmm(a, b)
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(*shape)
+
+
+# kind → (builder of (module, inputs) from the spec's integer parameters, grid to sample from)
+_Builder = Callable[[dict[str, int]], tuple[nn.Module, tuple[Any, ...]]]
+_BUILDERS: dict[str, _Builder] = {
+    "linear": lambda p: (nn.Linear(p["k"], p["n"]), (_randn(p["m"], p["k"]),)),
+    "conv2d": lambda p: (nn.Conv2d(p["cin"], p["cout"], p["k"], stride=p["s"], padding=p["k"] // 2),
+                         (_randn(p["b"], p["cin"], p["hw"], p["hw"]),)),
+    "bmm": lambda p: (_BatchedMatmul(), (_randn(p["b"], p["m"], p["k"]), _randn(p["b"], p["k"], p["n"]))),
+    "attention": lambda p: (_Attention(bool(p["causal"])),
+                            tuple(_randn(p["b"], p["h"], p["t"], p["d"]) for _ in range(3))),
+    "layernorm": lambda p: (nn.LayerNorm(p["c"]), (_randn(p["m"], p["c"]),)),
+    "batchnorm": lambda p: (nn.BatchNorm2d(p["c"]).eval(), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    "relu": lambda p: (nn.ReLU(), (_randn(p["m"], p["c"]),)),
+    "gelu": lambda p: (nn.GELU(), (_randn(p["m"], p["c"]),)),
+    "maxpool": lambda p: (nn.MaxPool2d(p["k"], stride=p["k"]), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    "avgpool": lambda p: (nn.AdaptiveAvgPool2d(1), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    "embedding": lambda p: (nn.Embedding(p["v"], p["c"]),
+                            (torch.randint(0, p["v"], (p["b"], p["t"])),)),
+}
+KINDS = tuple(_BUILDERS)
+
+_GRIDS: dict[str, dict[str, list[int]]] = {
+    "linear": {"m": [1, 4, 16, 64, 128, 256, 512], "k": [128, 256, 512, 768, 1024, 2048, 3072],
+               "n": [128, 256, 512, 768, 1024, 2048, 3072]},
+    "conv2d": {"b": [1, 2, 4], "cin": [3, 16, 32, 64, 128, 256], "cout": [16, 32, 64, 128, 256],
+               "k": [1, 3, 7], "s": [1, 2], "hw": [7, 14, 28, 56]},
+    "bmm": {"b": [1, 4, 12, 24, 48], "m": [16, 64, 128, 256], "k": [32, 64, 128, 256],
+            "n": [16, 64, 128, 256]},
+    "attention": {"b": [1, 2, 4], "h": [2, 4, 8, 12], "t": [16, 32, 64, 128, 256], "d": [32, 64],
+                  "causal": [0, 1]},
+    "layernorm": {"m": [1, 16, 64, 128, 256, 512, 1024], "c": [128, 256, 384, 768, 1024, 2048]},
+    "batchnorm": {"b": [1, 2, 4], "c": [16, 64, 128, 256, 512], "hw": [7, 14, 28, 56]},
+    "relu": {"m": [1, 16, 64, 256, 1024, 4096], "c": [64, 256, 768, 1024, 3072]},
+    "gelu": {"m": [1, 16, 64, 256, 1024, 4096], "c": [64, 256, 768, 1024, 3072]},
+    "maxpool": {"b": [1, 2, 4], "c": [16, 64, 128, 256], "hw": [14, 28, 56, 112], "k": [2, 3]},
+    "avgpool": {"b": [1, 2, 4], "c": [64, 256, 512, 1024, 2048], "hw": [7, 14, 28]},
+    "embedding": {"v": [1000, 10000, 50257], "c": [128, 256, 768], "b": [1, 2, 4, 8], "t": [16, 64, 128, 256]},
+}
+# Above these a single call takes too long on one core for a sweep that fits in minutes.
+_MAX_FLOPS = 3e9
+_MAX_ELEMENTS = 16 * 2**20
+
+
+@dataclass(frozen=True)
+class LayerSpec:
+    """One layer type at one shape: ``LayerSpec("linear", {"m": 128, "k": 768, "n": 3072})``.
+
+    >>> spec = parse_spec("linear:m=4,k=8,n=16")
+    >>> spec.key, spec.build()[0]
+    ('linear:m=4,k=8,n=16', Linear(in_features=8, out_features=16, bias=True))
+    """
+
+    kind: str
+    params: tuple[tuple[str, int], ...]
+
+    def __init__(self, kind: str, params: dict[str, int] | Iterable[tuple[str, int]]) -> None:
+        if kind not in _BUILDERS:
+            raise ValueError(f"unknown layer type {kind!r}: choose from {', '.join(KINDS)}")
+        items = tuple(params.items() if isinstance(params, dict) else params)
+        missing = set(_GRIDS[kind]) - {k for k, _ in items}
+        if missing:
+            raise ValueError(f"layer {kind!r} needs {', '.join(sorted(missing))}")
+        object.__setattr__(self, "kind", kind)
+        object.__setattr__(self, "params", items)
+
+    @property
+    def key(self) -> str:
+        return f"{self.kind}:" + ",".join(f"{k}={v}" for k, v in self.params)
+
+    def build(self) -> tuple[nn.Module, tuple[Any, ...]]:
+        torch.manual_seed(0)
+        module, inputs = _BUILDERS[self.kind](dict(self.params))
+        return module.eval(), inputs
+
+
+@dataclass
+class ModelLayer:
+    """A leaf module of a real model with the inputs it got in a real forward pass."""
+
+    key: str  # "model:gpt2/transformer.h.0.mlp.c_fc"
+    layer: Layer  # its features, from the captured graph
+    module: nn.Module
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+def parse_spec(text: str) -> LayerSpec:
+    """Read ``kind:a=1,b=2`` (the :attr:`LayerSpec.key` format)."""
+    kind, _, rest = text.partition(":")
+    try:
+        params = {k.strip(): int(v) for k, v in (item.split("=") for item in rest.split(",") if item)}
+    except ValueError:
+        raise ValueError(f"cannot read layer {text!r}: write kind:name=int,name=int") from None
+    return LayerSpec(kind.strip(), params)
+
+
+def _size_ok(kind: str, p: dict[str, int]) -> bool:
+    flops = {
+        "linear": 2 * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
+        "conv2d": 2 * p.get("b", 0) * p.get("cin", 0) * p.get("cout", 0) * p.get("k", 0) ** 2
+        * (p.get("hw", 0) // p.get("s", 1)) ** 2,
+        "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
+        "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
+    }.get(kind, 0)
+    elements = 1
+    for name in ("b", "m", "c", "cin", "hw", "t", "h", "d"):
+        elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
+    return flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
+
+
+def default_sweep(per_kind: int = 16, kinds: Iterable[str] = KINDS, seed: int = 0) -> list[LayerSpec]:
+    """``per_kind`` distinct shapes of each layer type, sampled reproducibly from the grids."""
+    rng = random.Random(seed)
+    specs: list[LayerSpec] = []
+    for kind in kinds:
+        if kind not in _GRIDS:
+            raise ValueError(f"unknown layer type {kind!r}: choose from {', '.join(KINDS)}")
+        grid, seen = _GRIDS[kind], set()
+        for _ in range(per_kind * 50):
+            p = {name: rng.choice(values) for name, values in grid.items()}
+            key = tuple(sorted(p.items()))
+            if key in seen or not _size_ok(kind, p):
+                continue
+            seen.add(key)
+            specs.append(LayerSpec(kind, p))
+            if len(seen) == per_kind:
+                break
+    return specs
+
+
+def model_layers(name: str, batch_size: int = 1, seq_len: int | None = None,
+                 image_size: int | None = None) -> list[ModelLayer]:
+    """Every leaf layer of zoo model ``name`` that the captured graph names after a module.
+
+    Layers are taken with the inputs they receive in a real forward pass (recorded by hooks), so
+    each can be timed on its own.  Functional glue (``scope:op`` layers) has no module and is skipped;
+    so is a module called more than once.
+    """
+    from costmodel.capture import capture
+    from costmodel.zoo import build_model
+
+    built = build_model(name, batch_size, seq_len=seq_len, image_size=image_size)
+    graph = capture(built.model, built.args, name=name)
+    # Identical layers (the 12 blocks of GPT-2) are timed once: the first of each signature is kept.
+    kinds: dict[str, Layer] = {}
+    seen = set()
+    for layer in graph.layers:
+        signature = (layer.module_type, str(layer.input_shapes), layer.flops, layer.param_bytes, layer.bytes_read)
+        if signature not in seen:
+            seen.add(signature)
+            kinds[layer.name] = layer
+    calls: dict[str, list[tuple[tuple[Any, ...], dict[str, Any]]]] = {}
+
+    def record(path: str) -> Callable[..., None]:
+        def hook(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+            calls.setdefault(path, []).append((args, kwargs))
+        return hook
+
+    handles = [m.register_forward_pre_hook(record(path), with_kwargs=True)
+               for path, m in built.model.named_modules() if path in kinds]
+    try:
+        with torch.no_grad():
+            built.model(*built.args)
+    finally:
+        for h in handles:
+            h.remove()
+    return [ModelLayer(f"model:{name}/{path}", kinds[path], built.model.get_submodule(path), *got[0])
+            for path, got in calls.items() if len(got) == 1]

@@ -1,0 +1,241 @@
+"""Contention-aware cost models learned from profiles (scikit-learn), saved without pickle.
+
+Three estimators are fitted on the same features (:mod:`costmodel.dataset`), all predicting
+log10 of the measured forward time:
+
+- ``main``: gradient-boosted trees (``HistGradientBoostingRegressor``): the predictor;
+- ``linear``: ridge regression on the same log features: the baseline it must beat;
+- ``tree``: a depth-limited decision tree, fitted to explain: its feature importances, summed per
+  factor (layer type, FLOPs, bytes, intensity, batch, contention level and kind), show what decides
+  the time.
+
+:class:`LearnedCostModel` implements :class:`~costmodel.base.CostModel`. For a device type it was
+profiled on it predicts the time directly (with the profiled device's measured FLOP/s and bandwidth,
+whatever a cluster spec claims). For any other device it keeps what transfers: the roofline time of
+the idle device, multiplied by the learned slowdown of that layer under that load.
+
+Files are a zip of ``meta.json`` (format, version, feature names, library versions, training
+summary, held-out evaluation) and ``estimators.skops``. Loading checks the metadata first and
+refuses a file whose features differ from this code's; the estimators are loaded with skops, which
+never unpickles: only an explicit list of scikit-learn types may be constructed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import zipfile
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from costmodel.analytic import RooflineModel
+from costmodel.base import CostModel
+from costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features, model_inputs
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+
+__all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError", "encode", "feature_names", "fit_estimators",
+           "held_out_split", "predict_log_time", "vocabulary_of"]
+
+FORMAT = "pipeplan.costmodel"
+VERSION = 1
+# The only types skops may construct beyond its built-in safe set (numpy arrays, dicts, ...).
+_TRUSTED = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor", "sklearn.tree._tree.Tree")
+_ESTIMATORS = ("main", "linear", "tree")
+
+
+class ModelFileError(ValueError):
+    """A cost-model file that cannot be used: wrong format, other features, unsafe content."""
+
+
+def vocabulary_of(rows: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
+    return {name: sorted({str(r[name]) for r in rows}) for name in CATEGORICAL}
+
+
+def feature_names(vocabulary: dict[str, list[str]]) -> list[str]:
+    return [*NUMERIC, *(f"{name}={value}" for name in CATEGORICAL for value in vocabulary[name])]
+
+
+def encode(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]]) -> np.ndarray:
+    """The feature matrix: numeric features, then one column per known category (unknown: all 0)."""
+    index = {(name, value): i for i, (name, value) in
+             enumerate((n, v) for n in CATEGORICAL for v in vocabulary[n])}
+    x = np.zeros((len(rows), len(NUMERIC) + len(index)))
+    for i, row in enumerate(rows):
+        feats = model_inputs(row)
+        x[i, :len(NUMERIC)] = [feats[name] for name in NUMERIC]
+        for name in CATEGORICAL:
+            j = index.get((name, str(feats[name])))
+            if j is not None:
+                x[i, len(NUMERIC) + j] = 1.0
+    return x
+
+
+_BASE = NUMERIC.index("log_roofline_s")
+
+
+def predict_log_time(estimators: dict[str, Any], name: str, x: np.ndarray) -> np.ndarray:
+    """log10 seconds predicted by estimator ``name`` for the encoded rows ``x``.
+
+    ``main`` and ``linear`` predict the log-ratio of the time to the idle roofline time (the
+    ``log_roofline_s`` feature), which extrapolates to sizes never profiled; ``tree`` predicts the
+    log time itself, since it is there to say what decides the time.
+    """
+    predicted = estimators[name].predict(x)
+    return predicted if name == "tree" else predicted + x[:, _BASE]
+
+
+def fit_estimators(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]],
+                   seed: int = 0) -> dict[str, Any]:
+    """Fit main, linear (on log time over the roofline) and tree (on log time) on ``rows``."""
+    from sklearn.ensemble import HistGradientBoostingRegressor
+    from sklearn.linear_model import Ridge
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+    from sklearn.tree import DecisionTreeRegressor
+
+    x = encode(rows, vocabulary)
+    y = np.log10([float(r["time_s"]) for r in rows])
+    over_roofline = y - x[:, _BASE]
+    return {
+        "main": HistGradientBoostingRegressor(max_iter=300, learning_rate=0.05, max_depth=4, min_samples_leaf=5,
+                                              random_state=seed).fit(x, over_roofline),
+        "linear": make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(x, over_roofline),
+        "tree": DecisionTreeRegressor(max_depth=8, min_samples_leaf=5, random_state=seed).fit(x, y),
+    }
+
+
+def held_out_split(rows: Sequence[dict[str, Any]], test_fraction: float = 0.25,
+                   seed: int = 0) -> tuple[list[int], list[int]]:
+    """Train and test row indices, split by layer configuration: a shape is in one side only."""
+    configs = sorted({r["config"] for r in rows})
+    rng = np.random.default_rng(seed)
+    test_configs = set(rng.choice(configs, size=max(1, round(len(configs) * test_fraction)), replace=False))
+    train = [i for i, r in enumerate(rows) if r["config"] not in test_configs]
+    test = [i for i, r in enumerate(rows) if r["config"] in test_configs]
+    if not train or not test:
+        raise ValueError(f"need at least two layer configurations to hold some out, got {len(configs)}")
+    return train, test
+
+
+@dataclass
+class LearnedCostModel(CostModel):
+    """A fitted, contention-aware cost model; build with :meth:`train` or :meth:`load`."""
+
+    estimators: dict[str, Any]
+    vocabulary: dict[str, list[str]]
+    reference_devices: dict[str, dict[str, float]]  # profiled Device.type → its measured figures
+    meta: dict[str, Any] = field(default_factory=dict)
+    name: str = "learned"
+
+    # -- training -----------------------------------------------------------------------------------
+    @classmethod
+    def train(cls, rows: Sequence[dict[str, Any]], seed: int = 0, evaluate: bool = True) -> LearnedCostModel:
+        """Fit on every row; with ``evaluate``, first measure the error on held-out shapes."""
+        from costmodel.evaluation import evaluate_split
+
+        if not rows:
+            raise ValueError("cannot train a cost model on an empty dataset")
+        vocabulary = vocabulary_of(rows)
+        references = {str(r["device_type"]): {"peak_flops": float(r["peak_flops"]),
+                                              "mem_bandwidth": float(r["mem_bandwidth"])} for r in rows}
+        meta: dict[str, Any] = {
+            "rows": len(rows), "configs": len({r["config"] for r in rows}),
+            "levels": sorted({str(r["contention"]) for r in rows}),
+            "device_names": sorted({str(r.get("device_name", "")) for r in rows}), "seed": seed,
+        }
+        if evaluate:
+            train_idx, test_idx = held_out_split(rows, seed=seed)
+            held_out = fit_estimators([rows[i] for i in train_idx], vocabulary, seed)
+            meta["evaluation"] = evaluate_split(held_out, vocabulary, [rows[i] for i in test_idx])
+        model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
+        model.meta["importances"] = model.importances()
+        return model
+
+    def importances(self) -> dict[str, float]:
+        """The explaining tree's feature importances, summed per factor (one-hot columns together)."""
+        names = feature_names(self.vocabulary)
+        out: dict[str, float] = {}
+        for name, value in zip(names, self.estimators["tree"].feature_importances_, strict=True):
+            factor = name.split("=", 1)[0]
+            out[factor] = out.get(factor, 0.0) + float(value)
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    # -- prediction ---------------------------------------------------------------------------------
+    def predict_rows(self, rows: Sequence[dict[str, Any]], estimator: str = "main") -> np.ndarray:
+        """Predicted seconds for dataset-style rows."""
+        if estimator not in self.estimators:
+            raise ValueError(f"no estimator {estimator!r}: choose from {', '.join(self.estimators)}")
+        return np.power(10.0, predict_log_time(self.estimators, estimator, encode(rows, self.vocabulary)))
+
+    def _row(self, layer: Layer, device_type: str, figures: dict[str, float], load: Contention) -> dict[str, Any]:
+        return {**layer_features(layer), "device_type": device_type, **figures, **contention_features(load)}
+
+    def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
+        load = load if load is not None else device.load
+        if device.type in self.reference_devices:
+            return float(self.predict_rows([self._row(layer, device.type, self.reference_devices[device.type],
+                                                      load)])[0])
+        idle = RooflineModel().layer_time(layer, device, Contention())
+        if load.idle:
+            return idle
+        device_type, figures = next(iter(self.reference_devices.items()))
+        loaded, unloaded = self.predict_rows([self._row(layer, device_type, figures, load),
+                                              self._row(layer, device_type, figures, Contention())])
+        return idle * max(1.0, float(loaded / unloaded))
+
+    # -- files --------------------------------------------------------------------------------------
+    def save(self, path: str | Path) -> None:
+        import sklearn
+        import skops.io as sio
+
+        meta = {"format": FORMAT, "version": VERSION, "features": feature_names(self.vocabulary),
+                "vocabulary": self.vocabulary, "reference_devices": self.reference_devices,
+                "sklearn_version": sklearn.__version__, **self.meta}
+        with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr("meta.json", json.dumps(meta, indent=1, default=_json_default))
+            zf.writestr("estimators.skops", sio.dumps(self.estimators))
+
+    @classmethod
+    def load(cls, path: str | Path) -> LearnedCostModel:
+        import skops.io as sio
+
+        try:
+            with zipfile.ZipFile(path) as zf:
+                meta = json.loads(zf.read("meta.json"))
+                blob = zf.read("estimators.skops")
+        except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
+            raise ModelFileError(f"{path}: not a pipeplan cost-model file ({exc})") from None
+        if meta.get("format") != FORMAT or meta.get("version") != VERSION:
+            raise ModelFileError(f"{path}: format {meta.get('format')!r} version {meta.get('version')!r}, "
+                                 f"expected {FORMAT!r} version {VERSION}")
+        vocabulary = meta.get("vocabulary") or {}
+        if set(vocabulary) != set(CATEGORICAL) or meta.get("features") != feature_names(vocabulary):
+            raise ModelFileError(f"{path}: trained on features {meta.get('features')}, but this pipeplan "
+                                 f"computes {feature_names(vocabulary) if vocabulary else list(NUMERIC)}: retrain it")
+        try:
+            untrusted = set(sio.get_untrusted_types(data=blob))
+        except Exception as exc:  # skops raises various types on a corrupt archive
+            raise ModelFileError(f"{path}: corrupt estimators ({exc})") from None
+        unexpected = untrusted - set(_TRUSTED)
+        if unexpected:
+            raise ModelFileError(f"{path}: refusing to load types {sorted(unexpected)}")
+        estimators = sio.loads(blob, trusted=sorted(untrusted))
+        if not isinstance(estimators, dict) or set(estimators) != set(_ESTIMATORS):
+            raise ModelFileError(f"{path}: expected estimators {list(_ESTIMATORS)}")
+        known = {"format", "version", "features", "vocabulary", "reference_devices", "sklearn_version"}
+        rest = {k: v for k, v in meta.items() if k not in known}
+        rest["sklearn_version"] = meta.get("sklearn_version")
+        return cls(estimators, vocabulary, meta["reference_devices"], rest)
+
+
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    raise TypeError(f"cannot write {type(value).__name__} to JSON")

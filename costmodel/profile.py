@@ -1,0 +1,248 @@
+"""Measure layer forward times on this machine while real co-runners contend for the device.
+
+For each contention level the profiler starts the co-runners (:class:`~costmodel.corunners.CoRunners`,
+real processes pinned to the same cores), then times every target layer and appends one row per
+layer to the dataset (:mod:`costmodel.dataset`). Levels are the outer loop so co-runners start once
+per level; rows are written as they are measured, so an interrupted run keeps what it measured.
+
+Timing: the profiling thread is pinned to the device's cores with a fixed torch thread count. A
+repeat runs the layer back to back for a window (25 ms idle, 80 ms under contention) and divides by
+the number of calls: a window spans several scheduler time slices, so a layer that time-shares its core with a
+co-runner is charged for the time it waits, as it would be inside a running pipeline (timing single
+calls would miss it: most calls fit in the layer's own slice). The median of the repeats is the
+measurement; min and max are kept as the spread. On CUDA, windows are timed with CUDA events after a
+synchronise.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from costmodel.corunners import CoRunners
+from costmodel.dataset import contention_features, device_features, layer_features, write_rows
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+from costmodel.layerspecs import LayerSpec, model_layers
+
+__all__ = ["DEFAULT_LEVELS", "ProfileSettings", "Target", "measure_device", "pinned", "profile",
+           "targets_from_models", "targets_from_specs", "time_call"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_LEVELS = ("idle", "1xcompute", "2xcompute", "1xmemory", "2xmemory", "1xmixed", "50%")
+
+
+@dataclass
+class ProfileSettings:
+    levels: Sequence[Contention] = field(default_factory=lambda: [Contention.parse(x) for x in DEFAULT_LEVELS])
+    cores: Sequence[int] = (0,)
+    threads: int = 1
+    repeats: int = 5
+    window: float = 0.025  # seconds of back-to-back calls per repeat, idle
+    # Under contention a window must span many scheduler slices (a few ms each), or whether it
+    # catches one slice more or less of the co-runners shows up as ±25% noise.
+    loaded_window: float = 0.08
+    warmup: int = 2
+    budget: float | None = None  # seconds for the whole run; split evenly over the levels
+    gpu: int | None = None  # CUDA device index; None profiles the CPU cores
+    device_type: str = "cpu-core"  # the Device.type the rows describe (what cluster specs name)
+
+    def __post_init__(self) -> None:
+        if self.threads < 1 or self.repeats < 1 or min(self.window, self.loaded_window) <= 0 or self.warmup < 0:
+            raise ValueError("threads and repeats must be ≥ 1, windows > 0 and warmup ≥ 0")
+        if not self.levels:
+            raise ValueError("give at least one contention level")
+        if self.budget is not None and self.budget <= 0:
+            raise ValueError(f"budget must be positive seconds, got {self.budget}")
+
+
+@dataclass
+class Target:
+    """A layer ready to time: its identity, its features, and a call that runs it once."""
+
+    config: str
+    source: str  # "sweep" or "model:NAME"
+    layer: Layer
+    run: Callable[[], Any]
+
+
+def _on(device: torch.device, args: Any) -> Any:
+    return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+
+
+def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None) -> list[Target]:
+    """Build each spec's module, capture it for its features, and wrap one forward call."""
+    from costmodel.capture import capture
+
+    targets = []
+    device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+    for spec in specs:
+        module, inputs = spec.build()
+        graph = capture(module, inputs, name=spec.key)
+        layers = graph.layers
+        # One operator gives one layer; the rare extra glue layer (a view) is folded into it.
+        main = max(layers, key=lambda la: (la.flops, la.bytes_read))
+        layer = main if len(layers) == 1 else Layer(
+            spec.key, main.kind, main.module_type, 0, flops=sum(la.flops for la in layers),
+            bytes_read=sum(la.bytes_read for la in layers), bytes_written=sum(la.bytes_written for la in layers),
+            param_bytes=sum(la.param_bytes for la in layers), activation_bytes=main.activation_bytes,
+            kernels=sum(la.kernels for la in layers), input_shapes=main.input_shapes,
+            ops=[op for la in layers for op in la.ops])
+        module, args = module.to(device), _on(device, inputs)
+        targets.append(Target(spec.key, "sweep", layer, functools.partial(module, *args)))
+    return targets
+
+
+def targets_from_models(names: Sequence[str], gpu: int | None = None) -> list[Target]:
+    """Every distinct leaf layer of each zoo model, with the inputs of a real forward pass."""
+    device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+    targets = []
+    for name in names:
+        for ml in model_layers(name):
+            module, args = ml.module.to(device), _on(device, ml.args)
+            kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in ml.kwargs.items()}
+            targets.append(Target(ml.key, f"model:{name}", ml.layer, functools.partial(module, *args, **kwargs)))
+    return targets
+
+
+@contextmanager
+def pinned(cores: Sequence[int], threads: int) -> Iterator[None]:
+    """Run the calling thread on ``cores`` with ``threads`` torch threads; restore both after."""
+    old_cores, old_threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, cores)
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, old_cores)
+        torch.set_num_threads(old_threads)
+
+
+def time_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
+              gpu: int | None = None) -> tuple[float, float, float, int]:
+    """(median, min, max) seconds per call over ``repeats`` windows, and the calls per window."""
+    sync = (lambda: torch.cuda.synchronize(gpu)) if gpu is not None else (lambda: None)
+    with torch.inference_mode():
+        for _ in range(warmup):
+            run()
+        sync()
+        estimate = float("inf")
+        for _ in range(3):
+            start = time.perf_counter()
+            run()
+            sync()
+            estimate = min(estimate, time.perf_counter() - start)
+        calls = max(1, min(100_000, round(window / max(estimate, 1e-7))))
+        samples = []
+        for _ in range(repeats):
+            if gpu is not None:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                sync()
+                begin.record()
+                for _ in range(calls):
+                    run()
+                end.record()
+                sync()
+                samples.append(begin.elapsed_time(end) / 1000.0 / calls)
+            else:
+                start = time.perf_counter()
+                for _ in range(calls):
+                    run()
+                samples.append((time.perf_counter() - start) / calls)
+    return statistics.median(samples), min(samples), max(samples), calls
+
+
+def measure_device(settings: ProfileSettings) -> Device:
+    """This device's achieved FP32 matmul FLOP/s and copy bandwidth, measured idle, as a Device.
+
+    These replace datasheet figures: the roofline and the learned model both use them.
+    """
+    gpu = settings.gpu
+    dev = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+    n = 4096 if gpu is not None else 512
+    a = torch.randn(n, n, device=dev)
+    src = torch.ones((256 if gpu is not None else 64) * 2**20 // 4, device=dev)
+    dst = torch.empty_like(src)
+    with pinned(settings.cores, settings.threads):
+        t_mm = time_call(lambda: torch.mm(a, a), window=0.2, gpu=gpu)[0]
+        t_copy = time_call(lambda: dst.copy_(src), window=0.2, gpu=gpu)[0]
+    if gpu is not None:
+        props = torch.cuda.get_device_properties(gpu)
+        name, memory = props.name, props.total_memory
+    else:
+        name, memory = _cpu_name(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return Device(id=f"cuda{gpu}" if gpu is not None else "cpu" + "+".join(map(str, settings.cores)),
+                  type=settings.device_type if gpu is None else name, memory=memory,
+                  peak_flops=2 * n**3 / t_mm, mem_bandwidth=2 * src.numel() * 4 / t_copy,
+                  cores=list(settings.cores) if gpu is None else None)
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
+Progress = Callable[[int, int, str], None]
+
+
+def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSettings | None = None,
+            device: Device | None = None, progress: Progress | None = None) -> int:
+    """Time every target under every contention level; append rows to ``out``; return the row count.
+
+    ``device`` describes the hardware (measured by :func:`measure_device` when not given). With a
+    ``budget``, each level gets an equal share of it and measures targets in order until its share
+    is spent, so every level is represented.
+    """
+    settings = settings or ProfileSettings()
+    if not targets:
+        raise ValueError("nothing to profile: no target layers")
+    device = device or measure_device(settings)
+    fixed = {**device_features(device), "device_name": _cpu_name() if settings.gpu is None else device.type,
+             "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
+             "torch_version": torch.__version__}
+    total, done, written = len(targets) * len(settings.levels), 0, 0
+    share = settings.budget / len(settings.levels) if settings.budget else None
+    write_rows(out, [], append=True)  # the header, once
+    for level in settings.levels:
+        started = time.monotonic()
+        window = settings.window if level.idle else settings.loaded_window
+        with CoRunners(level, cores=None if settings.gpu is not None else settings.cores, gpu=settings.gpu), \
+                pinned(settings.cores, settings.threads):
+            for target in targets:
+                if share is not None and time.monotonic() - started > share:
+                    log.info("level %s: budget share spent after %d layers", level.describe(), done)
+                    break
+                try:
+                    median, low, high, calls = time_call(target.run, window, settings.repeats,
+                                                         settings.warmup, settings.gpu)
+                except (RuntimeError, ValueError) as exc:  # an unsupported shape on this device
+                    log.warning("skipping %s: %s", target.config, exc)
+                    continue
+                row = {**layer_features(target.layer), **fixed, **contention_features(level),
+                       "config": target.config, "source": target.source, "time_s": median,
+                       "time_min_s": low, "time_max_s": high, "spread": (high - low) / median,
+                       "repeats": settings.repeats, "iterations": calls, "loadavg": os.getloadavg()[0],
+                       "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                written += write_rows(out, [row], append=True)
+                done += 1
+                if progress:
+                    progress(done, total, f"{level.describe()}: {target.config}")
+    return written

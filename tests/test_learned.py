@@ -1,0 +1,125 @@
+"""Learned cost models: fit on the shipped CPU profile, predict, explain, save and load safely."""
+
+from __future__ import annotations
+
+import json
+import zipfile
+
+import pytest
+
+from costmodel.analytic import RooflineModel
+from costmodel.dataset import read_dataset
+from costmodel.hardware import Contention, Device
+from costmodel.learned import LearnedCostModel, ModelFileError, held_out_split
+from costmodel.registry import SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model
+from costmodel.zoo import capture_model
+from planner.cluster import load_cluster
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict]:
+    return read_dataset(SHIPPED_DATASET)
+
+
+@pytest.fixture(scope="module")
+def trained(rows) -> LearnedCostModel:
+    return LearnedCostModel.train(rows, seed=0)
+
+
+def test_held_out_split_keeps_each_shape_on_one_side(rows) -> None:
+    train, test = held_out_split(rows, test_fraction=0.25, seed=0)
+    assert sorted(train + test) == list(range(len(rows)))
+    assert not {rows[i]["config"] for i in train} & {rows[i]["config"] for i in test}
+
+
+def test_main_model_beats_the_linear_baseline_on_held_out_shapes(trained) -> None:
+    evaluation = trained.meta["evaluation"]
+    main, linear = evaluation["main"]["overall"], evaluation["linear"]["overall"]
+    assert main["n"] == evaluation["test_rows"] > 100
+    assert main["mape"] < linear["mape"]
+    assert main["mape"] < 25.0  # the benchmark tracks the real figure; this catches a broken model
+    assert set(evaluation["main"]["by_contention"]) == set(trained.meta["levels"])
+
+
+def test_importances_name_each_factor_once_and_sum_to_one(trained) -> None:
+    imp = trained.importances()
+    assert abs(sum(imp.values()) - 1.0) < 1e-9
+    assert {"layer_kind", "contention_kind", "log_flops", "corunners"} <= set(imp)
+    assert not any("=" in name for name in imp)
+
+
+def test_predictions_follow_contention_on_the_profiled_device(trained, rows) -> None:
+    graph = capture_model("mlp", 8)
+    cpu = load_cluster("local-cpu").devices[0]
+    layer = max(graph.layers, key=lambda la: la.flops)
+    idle = trained.layer_time(layer, cpu, Contention())
+    busy = trained.layer_time(layer, cpu, Contention(corunners=2, kind="compute"))
+    assert 0 < idle < busy
+    assert 2.0 < busy / idle < 4.5  # three processes time-share one core
+
+
+def test_an_unprofiled_device_gets_the_roofline_times_the_learned_slowdown(trained) -> None:
+    gpu = Device(id="g", type="A100-80GB", memory="80GiB", peak_flops="312TFLOPS", mem_bandwidth="2039GB/s")
+    layer = max(capture_model("mlp", 8).layers, key=lambda la: la.flops)
+    roofline = RooflineModel().layer_time(layer, gpu, Contention())
+    assert trained.layer_time(layer, gpu, Contention()) == roofline
+    assert trained.layer_time(layer, gpu, Contention(corunners=1, kind="compute")) > roofline
+
+
+def test_save_and_load_round_trip_predicts_the_same(trained, rows, tmp_path) -> None:
+    path = tmp_path / "m.zip"
+    trained.save(path)
+    loaded = LearnedCostModel.load(path)
+    assert loaded.predict_rows(rows[:50]).tolist() == trained.predict_rows(rows[:50]).tolist()
+    assert loaded.meta["evaluation"]["main"]["overall"] == trained.meta["evaluation"]["main"]["overall"]
+
+
+def _rewrite_meta(src, dst, change) -> None:
+    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+        meta = json.loads(zin.read("meta.json"))
+        change(meta)
+        zout.writestr("meta.json", json.dumps(meta))
+        zout.writestr("estimators.skops", zin.read("estimators.skops"))
+
+
+def test_a_model_with_another_feature_set_is_refused(tmp_path) -> None:
+    bad = tmp_path / "other-features.zip"
+    _rewrite_meta(SHIPPED_MODEL, bad, lambda m: m["features"].append("log_cache_misses"))
+    with pytest.raises(ModelFileError, match="trained on features"):
+        LearnedCostModel.load(bad)
+    old = tmp_path / "old.zip"
+    _rewrite_meta(SHIPPED_MODEL, old, lambda m: m.update(version=0))
+    with pytest.raises(ModelFileError, match="version 0"):
+        LearnedCostModel.load(old)
+
+
+def test_a_file_that_would_build_arbitrary_objects_is_refused(tmp_path) -> None:
+    import os
+
+    import skops.io as sio
+    from sklearn.preprocessing import FunctionTransformer
+
+    evil = tmp_path / "evil.zip"
+    with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(evil, "w") as zout:
+        zout.writestr("meta.json", zin.read("meta.json"))
+        zout.writestr("estimators.skops", sio.dumps({"main": FunctionTransformer(os.system)}))
+    with pytest.raises(ModelFileError, match="refusing to load"):
+        LearnedCostModel.load(evil)
+    garbage = tmp_path / "garbage.zip"
+    garbage.write_bytes(b"not a zip")
+    with pytest.raises(ModelFileError, match="not a pipeplan cost-model file"):
+        LearnedCostModel.load(garbage)
+
+
+def test_registry_names_the_shipped_model_and_refuses_unknown_specs() -> None:
+    assert load_cost_model("learned").name == "learned"
+    assert load_cost_model("learned") is load_cost_model(str(SHIPPED_MODEL))
+    with pytest.raises(ValueError, match="no such model file"):
+        load_cost_model("nonsense")
+
+
+def test_the_shipped_model_was_trained_on_the_shipped_dataset(rows) -> None:
+    model = load_cost_model("learned")
+    assert isinstance(model, LearnedCostModel)
+    assert model.meta["rows"] == len(rows)
+    assert set(model.meta["levels"]) == {str(r["contention"]) for r in rows}
