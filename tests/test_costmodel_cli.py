@@ -35,7 +35,8 @@ def test_profile_rejects_unknown_layers_and_levels(tmp_path: Path) -> None:
 
 
 def test_train_then_report_writes_a_model_tables_and_pictures(tmp_path: Path) -> None:
-    rows = [r for r in read_dataset(SHIPPED_DATASET) if not r["config"].startswith("model:")]
+    kinds = ("linear:", "layernorm:", "relu:")  # a small dataset keeps the test quick
+    rows = [r for r in read_dataset(SHIPPED_DATASET) if r["config"].startswith(kinds)]
     data = tmp_path / "sweep.csv"
     write_rows(data, rows)
     model = tmp_path / "m.zip"
