@@ -45,7 +45,7 @@ from torch.export.graph_signature import InputKind
 from costmodel.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
 from costmodel.graph import Layer, ModelGraph, TensorInfo
 
-__all__ = ["CaptureError", "capture", "parse_granularity"]
+__all__ = ["CaptureError", "CapturedProgram", "capture", "capture_program", "parse_granularity"]
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,37 @@ def capture(
     >>> [layer.name for layer in g.layers], g.total_flops
     (['0', '1'], 128)
     """
+    return capture_program(model, args, kwargs, granularity=granularity, name=name).graph
+
+
+@dataclass(frozen=True)
+class CapturedProgram:
+    """A capture together with the exported program it was built from.
+
+    ``node_layers`` maps the name of every operator node of ``program.graph`` that belongs to a
+    layer to that layer's name; the runtime assertions export inserts belong to none.  The
+    executor cuts ``program`` into pipeline stages with it.
+    """
+
+    graph: ModelGraph
+    program: torch.export.ExportedProgram
+    node_layers: dict[str, str]
+
+
+def capture_program(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any] | None = None,
+    *,
+    granularity: str = "leaf",
+    name: str | None = None,
+) -> CapturedProgram:
+    """Like :func:`capture`, and also return the exported program and which layer owns each node.
+
+    >>> cp = capture_program(nn.Sequential(nn.Linear(4, 8), nn.ReLU()), (torch.randn(2, 4),))
+    >>> sorted(set(cp.node_layers.values()))
+    ['0', '1']
+    """
     kwargs = kwargs or {}
     owners = _Owners(model, granularity)
     model.eval()
@@ -290,7 +321,7 @@ def _is_real(n: torch.fx.Node, stats: OpStats) -> bool:
 def _build(model: nn.Module, name: str, granularity: str, owners: _Owners, groups: list[_Group],
            uf: _UnionFind, ops: list[torch.fx.Node], graph_nodes: list[torch.fx.Node],
            placeholder_kind: dict[str, str], stats: dict[str, OpStats], assign: dict[str, int],
-           ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> ModelGraph:
+           ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CapturedProgram:
     position = {n: i for i, n in enumerate(graph_nodes)}
     by_name = {n.name: n for n in graph_nodes}
     members: dict[int, list[torch.fx.Node]] = defaultdict(list)
@@ -379,7 +410,7 @@ def _build(model: nn.Module, name: str, granularity: str, owners: _Owners, group
                                 [names[root_of[n.name]]] if n.name in root_of else [])
                      for n in graph_outputs]
     graph.validate()
-    return graph
+    return CapturedProgram(graph, ep, {n.name: names[root_of[n.name]] for n in ops})
 
 
 def _distinct_bytes(tensors: Any) -> int:

@@ -1,14 +1,119 @@
-"""Subcommands of ``pipeplan`` that belong to this package (registered by :mod:`pipeplan.cli`)."""
+"""Subcommands of ``pipeplan`` that belong to this package (registered by :mod:`pipeplan.cli`).
+
+Heavy imports happen inside the command functions so that ``pipeplan --help`` answers at once.
+"""
 
 from __future__ import annotations
 
+import argparse
+import logging
+import sys
 from typing import Any
 
-__all__ = ["USER_ERRORS", "register"]
+from executor.errors import ExecutorError
 
-USER_ERRORS: tuple[type[Exception], ...] = ()
+__all__ = ["USER_ERRORS", "add_run_arguments", "cmd_run", "main", "register"]
+
+# Exceptions that mean "the user asked for something wrong": printed as one line, exit status 2.
+USER_ERRORS: tuple[type[Exception], ...] = (ExecutorError,)
+# ``python -m executor`` has no pipeplan CLI around it: it also catches the planner's errors
+# (PlanError, ClusterError, a bad --load), which are ValueErrors.
+_MAIN_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, ValueError)
+
+_EPILOG = """\
+examples:
+  pipeplan plan mlp --batch 8 --cluster local-cpu --out plan.json
+  pipeplan run --plan plan.json                          2 stage processes, pinned to cores 0 and 1
+  pipeplan run --plan plan.json --load cpu1=1xcompute --report run.json
+  torchrun --nproc-per-node 2 -m executor --plan plan.json           the same, launched by torchrun
+  torchrun --nnodes 2 --node-rank R --nproc-per-node 1 --rdzv-backend c10d \\
+           --rdzv-endpoint host0:29400 -m executor --plan plan.json     one stage per host
+"""
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--plan", required=True, metavar="PLAN.json", help="a plan saved by `pipeplan plan --out`")
+    p.add_argument("--batches", type=int, default=8, metavar="N", help="measured batches (8)")
+    p.add_argument("--microbatches", type=int, metavar="M", help="microbatches per batch (the plan's)")
+    p.add_argument("--warmup", type=int, default=1, metavar="W", help="unmeasured batches first (1)")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="gpipe",
+                   help="gpipe: fill-drain per batch (default); 1f1b: bounded in-flight outputs, receives "
+                   "posted ahead")
+    p.add_argument("--in-flight", type=int, metavar="K", help="with 1f1b: outputs a stage keeps unsent")
+    p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
+                   help="start real co-runners on a stage's device for the run, e.g. cpu1=1xcompute")
+    p.add_argument("--report", metavar="OUT.json", help="write the run report as JSON")
+    p.add_argument("--check-batches", type=int, default=2, metavar="K",
+                   help="measured batches compared with the unsplit model (2)")
+    p.add_argument("--no-check", action="store_true", help="do not compare outputs with the unsplit model")
+    p.add_argument("--cluster", metavar="SPEC", help="cluster spec (default: the plan's cluster, by name)")
+    p.add_argument("--costmodel", metavar="SPEC",
+                   help="cost model that re-predicts stages under --load (default: the plan's)")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="cpu (gloo) or cuda (NCCL); auto: cpu when the plan's devices are CPU cores")
+    p.add_argument("--threads", type=int, metavar="T", help="threads per stage (default: its cores)")
+    p.add_argument("--timeout", type=float, default=60.0, metavar="S",
+                   help="seconds any send, receive or collective may wait (60)")
+    p.add_argument("--run-timeout", type=float, default=3600.0, metavar="S", help="seconds for the whole run")
+    p.add_argument("--seed", type=int, default=0, help="seed of the input batches (0)")
+
+
+def cmd_run(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from executor.errors import OutputMismatchError
+    from executor.options import RunOptions, parse_loads
+    from executor.report import RunReport, report_table
+    from executor.run import run_plan
+
+    options = RunOptions(
+        batches=args.batches, microbatches=args.microbatches, warmup=args.warmup, schedule=args.schedule,
+        in_flight=args.in_flight, loads=parse_loads(args.load),
+        check_batches=0 if args.no_check else args.check_batches, device=args.device, threads=args.threads,
+        timeout=args.timeout, run_timeout=args.run_timeout, seed=args.seed, cluster=args.cluster,
+        costmodel=args.costmodel)
+    console = Console() if sys.stdout.isatty() else Console(width=170)
+    report: RunReport | None
+    try:
+        report = run_plan(args.plan, options)
+    except OutputMismatchError as exc:
+        if args.report and isinstance(exc.report, RunReport):
+            exc.report.save(args.report)
+        raise
+    if report is None:  # a rank other than 0 under torchrun: rank 0 reports
+        return
+    console.print(report_table(report))
+    for note in report.notes:
+        console.print(f"note: {note}")
+    if args.report:
+        report.save(args.report)
+        console.print(f"report written to {args.report}")
 
 
 def register(sub: Any) -> None:
-    """This package has no subcommands yet."""
-    del sub
+    """Add this package's subcommands to the ``pipeplan`` subparsers ``sub``."""
+    p = sub.add_parser(
+        "run", help="run a plan for real: one process per stage, measured against the prediction",
+        description="Run PLAN as pipelined inference, one process per stage (gloo on CPU, NCCL on CUDA), "
+        "check its outputs against the unsplit model, and print each stage's measured compute, "
+        "transfer and idle time beside the plan's prediction.",
+        epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_run_arguments(p)
+    p.set_defaults(func=cmd_run)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m executor``: the ``run`` command alone, for ``torchrun -m executor``."""
+    parser = argparse.ArgumentParser(prog="python -m executor", description="Run a pipeplan plan.",
+                                     epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress and details")
+    add_run_arguments(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        cmd_run(args)
+    except _MAIN_ERRORS as exc:
+        print(f"pipeplan run: error: {exc}", file=sys.stderr)
+        return 2
+    return 0

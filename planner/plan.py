@@ -10,14 +10,35 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from planner.problem import PlanError, PlanOptions
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage", "relative_gap"]
+if TYPE_CHECKING:
+    from costmodel.graph import ModelGraph
+
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage", "relative_gap", "source_of"]
 
 PLAN_FORMAT = "pipeplan.plan"
 PLAN_VERSION = 1
+
+
+# Graph metadata that, with the graph's model, batch size and granularity, rebuilds the captured
+# module: "zoo" (a zoo name) or "factory" ("module:function"), and the zoo's build options.
+_SOURCE_META = ("zoo", "factory", "seed", "seq_len", "image_size")
+
+
+def source_of(graph: ModelGraph) -> dict[str, Any]:
+    """The capture parameters a plan records so that the executor can rebuild the same module.
+
+    >>> from costmodel.graph import ModelGraph
+    >>> source_of(ModelGraph("mlp", batch_size=8, meta={"zoo": "mlp", "seed": 0, "seq_len": None}))
+    {'model': 'mlp', 'batch_size': 8, 'granularity': 'leaf', 'zoo': 'mlp', 'seed': 0}
+    """
+    source: dict[str, Any] = {"model": graph.model, "batch_size": graph.batch_size,
+                              "granularity": graph.granularity}
+    source.update({key: graph.meta[key] for key in _SOURCE_META if graph.meta.get(key) is not None})
+    return source
 
 
 def relative_gap(objective: float, bound: float) -> float:
@@ -67,6 +88,8 @@ class Plan:
     latency: float  # seconds for all microbatches through the pipeline (GPipe fill-drain)
     certificate: Certificate
     batch_size: int = 1  # samples per microbatch
+    # How to rebuild the captured module (see source_of); None in plans written before it existed.
+    source: dict[str, Any] | None = None
 
     @property
     def throughput(self) -> float:
@@ -100,7 +123,7 @@ class Plan:
             "options": asdict(self.options), "bottleneck": self.bottleneck,
             "throughput": self.throughput, "latency": self.latency,
             "peak_memory": self.peak_memory, "certificate": asdict(self.certificate),
-            "stages": [asdict(s) for s in self.stages],
+            "stages": [asdict(s) for s in self.stages], "source": self.source,
         }
 
     def to_json(self) -> str:
@@ -116,13 +139,16 @@ class Plan:
         if doc.get("version") != PLAN_VERSION:
             raise PlanError(f"unknown plan version {doc.get('version')!r}: this pipeplan reads "
                             f"version {PLAN_VERSION}")
+        source = doc.get("source")
+        if source is not None and not isinstance(source, dict):
+            raise PlanError(f"malformed plan: 'source' must be an object, got {type(source).__name__}")
         try:
             return cls(
                 model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
                 options=PlanOptions(**doc["options"]),
                 stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
                 latency=float(doc["latency"]), certificate=Certificate(**doc["certificate"]),
-                batch_size=int(doc.get("batch_size", 1)),
+                batch_size=int(doc.get("batch_size", 1)), source=source,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"malformed plan: {exc}") from None

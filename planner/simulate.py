@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from planner.plan import Certificate, Plan, Stage
+from planner.plan import Certificate, Plan, Stage, source_of
 from planner.problem import PlanError, Problem
 
 __all__ = ["Evaluation", "evaluate", "make_plan", "stage_times", "violation"]
@@ -150,4 +150,4 @@ def make_plan(problem: Problem, assignment: Mapping[str, str] | Sequence[int], c
         raise PlanError(f"{certificate.method} produced an invalid plan: {ev.violation}")
     return Plan(model=problem.graph.model, cluster=problem.cluster.name, costmodel=problem.costmodel.name,
                 options=problem.options, stages=ev.stages, bottleneck=ev.bottleneck, latency=ev.latency,
-                certificate=certificate, batch_size=problem.graph.batch_size)
+                certificate=certificate, batch_size=problem.graph.batch_size, source=source_of(problem.graph))

@@ -1,0 +1,101 @@
+"""Run a plan for real: check it, start the stages, measure them, and report against the prediction.
+
+::
+
+    from executor import RunOptions, run_plan
+    report = run_plan("plan.json", RunOptions(batches=8, loads={"cpu1": "1xcompute"}))
+    print(report.throughput, [s.error["compute"] for s in report.stages])
+
+Everything that can be checked is checked before a process starts: the plan against the rebuilt
+model (:func:`executor.validate.check_plan`), the cut into stages (:func:`executor.stages.split_program`),
+the devices, cores and loads (:func:`executor.options.resolve`).  Then the stages run as local
+processes, or, when this process was started by ``torchrun``, this process runs its own stage and
+rank 0 builds the report.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from costmodel.graph import ModelGraph
+from costmodel.hardware import Contention
+from executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
+from executor.launch import spawn, torchrun_env
+from executor.options import RunOptions, RunSetup, resolve
+from executor.report import RunReport, build_report
+from executor.source import rebuild
+from executor.validate import check_plan
+from planner.cluster import Cluster
+from planner.plan import Plan
+
+__all__ = ["repredict", "run_plan"]
+
+log = logging.getLogger(__name__)
+
+
+def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[float] | None, str | None, list[str]]:
+    """Each stage's compute re-predicted under the load this run puts on its device.
+
+    Returns ``(times, cost model spec, notes)``; ``times`` is None when the cost model cannot be
+    loaded.  A device without ``--load`` is taken to be idle: the executor starts nothing on it.
+    (A plan does not record the loads it was made under, so this is done for every run; the table
+    shows it where it differs from the plan's figures.)
+    """
+    from costmodel.registry import load_cost_model
+
+    cluster = Cluster.from_dict(setup.cluster)
+    loads = {s.device: Contention.parse(s.load) if s.load else Contention() for s in setup.stages}
+    spec = setup.options.costmodel or plan.costmodel
+    try:
+        model = load_cost_model(spec)
+    except ValueError as exc:
+        return None, None, [f"stage times not re-predicted under the run's load: {exc}"]
+    times = [sum(model.layer_time(graph[name], cluster.device(stage.device).with_load(loads[stage.device]))
+                 for name in stage.layers) for stage in plan.stages]
+    return times, spec, []
+
+
+def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:
+    at_load, spec, notes = repredict(plan, graph, setup)
+    report = build_report(plan, setup, results, at_load, spec, notes)
+    if report.check is not None and not report.check["ok"]:
+        raise OutputMismatchError(f"the pipeline's outputs differ from the unsplit model's: "
+                                  f"{report.check['message']}", report)
+    return report
+
+
+def run_plan(plan: Plan | str | Path, options: RunOptions | None = None) -> RunReport | None:
+    """Run ``plan`` (a Plan or a plan JSON file) and return the report.
+
+    Under ``torchrun`` only rank 0 returns the report; the other ranks return None.  Raises
+    :class:`~executor.errors.PlanMismatchError` before starting anything for a plan that cannot run,
+    :class:`~executor.errors.StageFailure` naming the stage when one fails, and
+    :class:`~executor.errors.OutputMismatchError` when the outputs differ from the unsplit model's.
+    """
+    options = options or RunOptions()
+    if not isinstance(plan, Plan):
+        plan = Plan.load(plan)
+    setup = resolve(plan, options)
+    rebuilt = rebuild(plan)
+    check_plan(plan, rebuilt.captured.graph)
+    env = torchrun_env()
+    from executor.worker import Phases, build_stages, describe_failure, run_stage
+
+    # Cutting the stages here refuses what cannot cross a stage boundary before anything starts.
+    builds = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=env is not None)
+    if env is None:
+        log.info("running %d stages as local processes (%s)", setup.world_size, setup.backend)
+        return _finish(plan, setup, rebuilt.captured.graph, spawn(setup, builds))
+
+    rank, world = env
+    if world != setup.world_size:
+        raise PlanMismatchError(f"torchrun started {world} processes, but the plan has {setup.world_size} "
+                                f"stages: use --nproc-per-node (times --nnodes) = {setup.world_size}")
+    phases = Phases()
+    try:
+        results = run_stage(rank, setup, "env://", phases, builds[rank])
+    except Exception as exc:
+        failure = describe_failure(exc, phases.current)
+        raise StageFailure(rank, setup.stages[rank].device, failure["message"], failure["details"]) from exc
+    return _finish(plan, setup, rebuilt.captured.graph, results) if results is not None else None

@@ -1,0 +1,247 @@
+"""One stage process: pin it, build its stage, run the batches, measure, check, report to rank 0.
+
+The same function runs under the local launcher (:mod:`executor.launch`, one spawned process per
+stage) and under ``torchrun`` (one process per stage, possibly on several hosts).  Rank k runs
+stage k.  The local launcher hands each process its stage module, pickled; under ``torchrun`` every
+process rebuilds the model from the plan's source and proves, by a digest of the weights, that it
+built the same one as the others.
+
+Clock: on one host every process reads the same monotonic clock, and rank 0's reading after a
+barrier is the run's epoch; across hosts each process takes its own reading after that barrier,
+so cross-host times are as good as the barrier's skew.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import time
+import traceback
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import fx
+from torch.distributed.pipelining import PipelineStage
+
+from costmodel.corunners import CoRunners
+from costmodel.hardware import Contention
+from executor.errors import RunError
+from executor.options import RunSetup, StageSetup
+from executor.schedule import TimedSchedule, run_batches
+from executor.source import Rebuilt, batch_inputs, import_factory, rebuild, state_fingerprint
+from executor.stages import split_program
+from executor.validate import check_plan
+from planner.plan import Plan
+
+__all__ = ["ForwardError", "Phases", "StageBuild", "build_stages", "describe_failure", "pin", "run_stage"]
+
+class Phases:
+    """What a stage process is doing now (for error messages) and how long each step took."""
+
+    def __init__(self) -> None:
+        self.current = "starting"
+        self.seconds: dict[str, float] = {}
+        self._since = time.perf_counter()
+
+    def enter(self, phase: str) -> None:
+        now = time.perf_counter()
+        self.seconds[self.current] = round(self.seconds.get(self.current, 0.0) + now - self._since, 4)
+        self.current, self._since = phase, now
+
+
+@dataclass
+class StageBuild:
+    """What one stage process runs: its module, the example microbatch, and, where the outputs are
+    checked, the unsplit model.  ``fingerprint`` digests the weights when each process built its own."""
+
+    module: fx.GraphModule
+    args: tuple[Any, ...]
+    model: torch.nn.Module | None
+    fingerprint: str | None = None
+
+
+def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = False) -> list[StageBuild]:
+    """Cut the rebuilt model along the plan's stages; the last stage also gets the unsplit model."""
+    digest = state_fingerprint(rebuilt.captured) if fingerprint else None
+    programs = split_program(rebuilt.captured, [s.layers for s in plan.stages])
+    last = len(programs) - 1
+    return [StageBuild(p.module, rebuilt.args, rebuilt.model if check and k == last else None, digest)
+            for k, p in enumerate(programs)]
+
+
+class ForwardError(RuntimeError):
+    """The stage's own computation raised (as opposed to a peer failing or a timeout)."""
+
+
+class _Guarded(torch.nn.Module):
+    """Marks exceptions raised by the stage's module, so the launcher can blame the right stage."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+    def forward(self, *args: Any) -> Any:
+        try:
+            return self.module(*args)
+        except Exception as exc:
+            raise ForwardError(f"{type(exc).__name__}: {exc}") from exc
+
+
+def pin(stage: StageSetup) -> None:
+    """Pin this process (and the threads it will start) to the stage's cores, with a fixed thread count."""
+    if stage.cores:
+        os.sched_setaffinity(0, stage.cores)
+    torch.set_num_threads(stage.threads)
+    with contextlib.suppress(RuntimeError):  # only settable before the first inter-op task
+        torch.set_num_interop_threads(1)
+
+
+def _device(setup: RunSetup) -> torch.device:
+    if setup.device_type == "cuda":
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        index = local % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def _agree(fingerprint: str | None, ctrl: dist.ProcessGroup | None) -> float:
+    """Check that every process built the same weights; return the run's clock epoch."""
+    world = dist.get_world_size()
+    here = (socket.gethostname(), fingerprint)
+    seen: list[Any] = [None] * world
+    dist.all_gather_object(seen, here, group=ctrl)
+    prints = {fp for _, fp in seen}
+    if len(prints) > 1:
+        raise RunError(f"the stage processes built different weights ({sorted(prints)}): the model's source "
+                       "must build the same module in every process (seed it)")
+    dist.barrier(group=ctrl)
+    epoch = [time.perf_counter()]
+    if len({host for host, _ in seen}) == 1:  # one host: one monotonic clock, take rank 0's zero
+        dist.broadcast_object_list(epoch, src=0, group=ctrl)
+    return float(epoch[0])
+
+
+def _check(built: StageBuild, setup: RunSetup, outputs: list[Any]) -> dict[str, Any]:
+    """Compare the pipeline's outputs with the unsplit module run on the same microbatches."""
+    m = setup.microbatches
+    worst = 0.0
+    assert built.model is not None
+    for b, got in enumerate(outputs):
+        args = batch_inputs(built.args, m, setup.options.seed, setup.options.warmup + b)
+        chunks = list(zip(*(a.chunk(m) if isinstance(a, torch.Tensor) else [a] * m for a in args), strict=True))
+        with torch.no_grad():
+            ref = [torch.utils._pytree.tree_leaves(built.model(*chunk)) for chunk in chunks]
+        expected = [torch.cat([r[i] for r in ref]) for i in range(len(ref[0]))]
+        got_leaves = [t.cpu() for t in torch.utils._pytree.tree_leaves(got)]
+        if len(got_leaves) != len(expected):
+            return {"ok": False, "message": f"batch {b}: the pipeline returned {len(got_leaves)} outputs, "
+                    f"the model {len(expected)}", "max_abs_diff": None, "batches": len(outputs)}
+        for i, (g, e) in enumerate(zip(got_leaves, expected, strict=True)):
+            try:
+                torch.testing.assert_close(g, e)
+            except AssertionError as exc:
+                first = str(exc).strip().splitlines()[0]
+                return {"ok": False, "message": f"batch {b}, output {i}: {first}", "max_abs_diff": None,
+                        "batches": len(outputs)}
+            if g.is_floating_point():
+                worst = max(worst, float((g - e).abs().max()) if g.numel() else 0.0)
+    return {"ok": True, "message": "outputs match the unsplit model", "max_abs_diff": worst,
+            "batches": len(outputs)}
+
+
+def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
+              built: StageBuild | None = None) -> list[dict[str, Any]] | None:
+    """Run stage ``rank`` to the end; rank 0 returns every stage's measurements, the others None.
+
+    ``built`` is the stage from :func:`build_stages`; without it the process rebuilds the model from
+    the plan's source.  ``phases`` follows what the stage is doing, so that a failure can say so.
+    """
+    stage = setup.stages[rank]
+    options = setup.options
+    plan = Plan.from_dict(setup.plan)
+    pin(stage)
+    device = _device(setup)
+    import_factory(plan)
+    if built is None:
+        phases.enter("rebuilding the model")
+        rebuilt = rebuild(plan)
+        check_plan(plan, rebuilt.captured.graph)
+        built = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=True)[rank]
+
+    phases.enter("joining the process group")
+    dist.init_process_group(setup.backend, init_method=init_method, rank=rank, world_size=setup.world_size,
+                            timeout=timedelta(seconds=options.timeout))
+    try:
+        ctrl = dist.new_group(backend="gloo") if setup.backend != "gloo" else None
+        epoch = _agree(built.fingerprint, ctrl)
+        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
+        module = _Guarded(built.module.to(device))
+        pipe_stage = PipelineStage(module, rank, setup.world_size, device)
+        schedule = TimedSchedule(pipe_stage, setup.microbatches, schedule=options.schedule,
+                                 in_flight=options.in_flight, clock=lambda: time.perf_counter() - epoch,
+                                 sync=sync)
+        total = options.warmup + options.batches
+        batches: list[tuple[Any, ...]] = [()] * total
+        if rank == 0:
+            batches = [tuple(a.to(device) if isinstance(a, torch.Tensor) else a
+                             for a in batch_inputs(built.args, setup.microbatches, options.seed, b))
+                       for b in range(total)]
+        keep = options.check_batches if rank == setup.world_size - 1 else 0
+        load = (CoRunners(Contention.parse(stage.load), cores=stage.cores,
+                          gpu=device.index if device.type == "cuda" else None)
+                if stage.load else contextlib.nullcontext())
+        if stage.load:
+            phases.enter(f"starting co-runners ({stage.load})")
+        try:
+            with load:
+                corunners = len(load.pids) if isinstance(load, CoRunners) else 0
+                phases.enter("running the warm-up batches")
+                run_batches(schedule, batches[: options.warmup])
+                schedule.timings.clear()
+                schedule.batch = 0
+                dist.barrier(group=ctrl)
+                phases.enter("running the measured batches")
+                start, cpu = schedule.clock(), time.process_time()
+                outputs = run_batches(schedule, batches[options.warmup:], keep)
+                end, cpu = schedule.clock(), time.process_time() - cpu
+                dist.barrier(group=ctrl)  # co-runners stay on until every stage has finished measuring
+        except Exception:
+            action, batch, mb = schedule.doing
+            if action:
+                kind = "warm-up batch" if "warm-up" in phases.current else "batch"
+                phases.current = f"{action} microbatch {mb} of {kind} {batch}"
+            raise
+        phases.enter("checking the outputs against the unsplit model")
+        check = _check(built, setup, outputs) if keep else None
+        result = {"stage": rank, "device": stage.device, "host": socket.gethostname(), "pid": os.getpid(),
+                  "cores": list(stage.cores or []), "threads": torch.get_num_threads(), "corunners": corunners,
+                  "start": start, "end": end, "cpu": cpu, "timings": [t.as_row() for t in schedule.timings],
+                  "check": check, "phases": phases.seconds}
+        phases.enter("gathering the measurements")
+        gathered: list[Any] | None = [None] * setup.world_size if rank == 0 else None
+        dist.gather_object(result, gathered, dst=0, group=ctrl)
+        return gathered
+    finally:
+        dist.destroy_process_group()
+
+
+def describe_failure(exc: BaseException, where: str) -> dict[str, Any]:
+    """What the launcher needs to know about a failed stage: the message, its origin, the traceback."""
+    chain: list[BaseException] = []
+    cur: BaseException | None = exc
+    while cur is not None and cur not in chain:
+        chain.append(cur)
+        cur = cur.__cause__ or cur.__context__
+    forward = next((e for e in chain if isinstance(e, ForwardError)), None)
+    if forward is not None:
+        message = f"{forward} (while {where})"
+    else:
+        message = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''} " \
+                  f"(while {where})"
+    return {"message": message, "origin": "forward" if forward is not None else "other",
+            "details": "".join(traceback.format_exception(exc))}

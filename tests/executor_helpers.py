@@ -1,0 +1,94 @@
+"""Helpers for the executor's tests: clusters of this machine's usable cores, plans with chosen cuts,
+and a model whose middle layer raises when it runs (but exports fine)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from costmodel.graph import ModelGraph
+from planner.cluster import Cluster, load_cluster
+from planner.plan import Certificate, Plan
+from planner.problem import PlanOptions, Problem
+from planner.simulate import make_plan
+
+
+def cpu_cluster(path: Path, devices: int) -> Path:
+    """A ``local-cpu``-like spec with ``devices`` one-core devices, on the cores this process may use
+    (cycled when there are fewer cores than devices), written to ``path``."""
+    cores = sorted(os.sched_getaffinity(0))
+    lines = [f"name: test-cpu-{devices}", "devices:"]
+    for k in range(devices):
+        lines.append(f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 50GFLOPS, "
+                     f"mem_bandwidth: 10GB/s, cores: [{cores[k % len(cores)]}]}}")
+    lines += ["topology:", "  intra_host: {bandwidth: 2GB/s, latency: 50us}"]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def plan_with_cuts(graph: ModelGraph, cluster_path: Path, first_layers: Sequence[str],
+                   microbatches: int = 2) -> Plan:
+    """A plan (scored by ``make_plan``) whose stage k > 0 starts at layer ``first_layers[k - 1]``."""
+    cluster: Cluster = load_cluster(str(cluster_path))
+    order = [layer.name for layer in graph.layers]
+    bounds = [0, *(order.index(name) for name in first_layers), len(order)]
+    assignment = {name: f"cpu{k}" for k in range(len(bounds) - 1) for name in order[bounds[k]:bounds[k + 1]]}
+    problem = Problem(graph, cluster, options=PlanOptions(microbatches=microbatches))
+    return make_plan(problem, assignment, Certificate("test-cuts", "HEURISTIC", 0.0),
+                     order=[f"cpu{k}" for k in range(len(bounds) - 1)])
+
+
+class _Explode(nn.Module):
+    """Divides an integer tensor of zeros by itself: traced by export, raises when it runs."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        zero = (x * 0).long()
+        return x + (zero // zero).float()
+
+
+class Exploding(nn.Module):
+    """Three layers, ``a``, ``boom``, ``c``; the middle one raises ``ZeroDivisionError`` at run time."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.boom: nn.Module = _Explode()
+        self.c = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.c(self.boom(self.a(x)))
+
+
+def exploding_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The factory a plan names as ``executor_helpers:exploding_model``."""
+    return Exploding().eval(), (torch.randn(batch_size, 16),)
+
+
+@torch.library.custom_op("pipeplan_test::stall", mutates_args=())
+def stall(x: torch.Tensor) -> torch.Tensor:
+    """Never finishes (well, after an hour): a stage that hangs.  A custom operator, so that export
+    keeps it in the graph and the stage process must import this module to run it."""
+    time.sleep(3600)
+    return x.clone()
+
+
+@stall.register_fake
+def _(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+class _Stall(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.pipeplan_test.stall(x)
+
+
+def stalling_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """``executor_helpers:stalling_model``: layers ``a``, ``boom`` (hangs here), ``c``."""
+    model = Exploding()
+    model.boom = _Stall()
+    return model.eval(), (torch.randn(batch_size, 16),)
