@@ -95,7 +95,7 @@ def test_local_cpu_pins_one_core_per_device() -> None:
         ("cpu1", "cpu-core", [1]),
     ]
     assert cluster.device("cpu1").memory == 8 * 2**30
-    assert cluster.link("cpu0", "cpu1") == Link(bandwidth=2e9, latency=50e-6)
+    assert cluster.link("cpu0", "cpu1") == Link(bandwidth=2e9, latency=500e-6)
 
 
 # -- topology precedence ----------------------------------------------------------------------
