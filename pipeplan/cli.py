@@ -330,14 +330,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    from costmodel.capture import CaptureError
-    from costmodel.graph import GraphError
-    from costmodel.zoo import ZooError
-    from planner.cluster import ClusterError
-    from planner.problem import PlanError
-
-    user_errors: tuple[type[Exception], ...] = (CliError, CaptureError, GraphError, ZooError, ClusterError,
-                                                 PlanError, ValueError)
+    # CaptureError, GraphError, ZooError, ClusterError and PlanError are ValueErrors; naming them here
+    # would import torch for every command, `serve` included.
+    user_errors: tuple[type[Exception], ...] = (CliError, ValueError)
     for module in _extensions():
         user_errors += tuple(module.USER_ERRORS)
     try:

@@ -1,0 +1,27 @@
+"""``python -m api serve|token create``: the service's own commands, as ``pipeplan serve`` and
+``pipeplan token create`` run them, without loading the rest of the ``pipeplan`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from api.cli import USER_ERRORS, register
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m api", description="the pipeplan planning service")
+    register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        args.func(args)
+    except (*USER_ERRORS, ValueError) as exc:  # type: ignore[misc]  # mypy cannot read a starred tuple here
+        print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,69 @@
+"""Which cost model a request may name: ``analytic``, ``learned`` (shipped), or a file the operator offers.
+
+Other learned models are named by file name only, and only inside ``PIPEPLAN_COSTMODEL_DIR``: model
+files are never unpickled (zip of JSON and skops, with an allowlist of types), but no request may
+make the service read a file of its choosing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from api.errors import ApiError
+
+__all__ = ["CostModels", "ResolvedCostModel"]
+
+_LOC = ["body", "costmodel"]
+
+
+@dataclass(frozen=True)
+class ResolvedCostModel:
+    name: str  # as the request wrote it
+    spec: str  # what costmodel.registry.load_cost_model takes
+    identity: str  # what a plan's key depends on: the name and, for a file, its content
+
+
+class CostModels:
+    def __init__(self, directory: Path | None) -> None:
+        self.directory = directory.resolve() if directory is not None else None
+        self._loaded: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def resolve(self, name: str) -> ResolvedCostModel:
+        if name == "analytic":
+            return ResolvedCostModel(name, "analytic", "analytic")
+        if name == "learned":
+            from costmodel.registry import SHIPPED_MODEL
+
+            content = hashlib.sha256(SHIPPED_MODEL.read_bytes()).hexdigest()
+            return ResolvedCostModel(name, "learned", f"learned@{content}")
+        if self.directory is None:
+            raise ApiError(422, f"cost model {name!r}: this service offers only 'analytic' and 'learned' "
+                           "(no PIPEPLAN_COSTMODEL_DIR is set)", _LOC)
+        path = (self.directory / name).resolve()
+        if path.parent != self.directory or not path.is_file():
+            offered = sorted(p.name for p in self.directory.iterdir() if p.is_file())
+            raise ApiError(422, f"cost model {name!r}: not 'analytic', 'learned' or one of the offered model files "
+                           f"({', '.join(offered) or 'none'})", _LOC)
+        content = hashlib.sha256(path.read_bytes()).hexdigest()
+        return ResolvedCostModel(name, str(path), f"{name}@{content}")
+
+    def load(self, resolved: ResolvedCostModel) -> Any:
+        """The cost model object, loaded once per content; its ValueError is a 422."""
+        from costmodel.registry import load_cost_model
+
+        with self._lock:
+            found = self._loaded.get(resolved.identity)
+        if found is not None:
+            return found
+        try:
+            model = load_cost_model(resolved.spec)
+        except ValueError as exc:
+            raise ApiError(422, str(exc), _LOC) from None
+        with self._lock:
+            self._loaded[resolved.identity] = model
+        return model

@@ -1,0 +1,94 @@
+"""Error answers: one shape for all of them, and never a 500 for a client's mistake.
+
+Every error body is FastAPI's validation shape, ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``,
+so a client reads the field at fault (``loc``) the same way for a schema violation, an unknown
+cluster or a model that does not fit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from api.keys import finite
+
+__all__ = ["ApiError", "error_body", "install_handlers", "loc_for_error", "user_label"]
+
+log = logging.getLogger(__name__)
+
+Loc = Sequence[str | int]
+
+# Where a planner error points in a plan request: the part of the body the error is about.
+_ERROR_LOC: dict[str, tuple[str, ...]] = {
+    "GraphError": ("body", "model", "graph"),
+    "ZooError": ("body", "model"),
+    "CaptureError": ("body", "model"),
+    "ClusterError": ("body", "cluster"),
+    "PlanError": ("body", "options"),
+    "UnitError": ("body", "cluster"),
+}
+
+
+class ApiError(StarletteHTTPException):
+    """An HTTP error that names the field at fault."""
+
+    def __init__(self, status: int, msg: str, loc: Loc = (), kind: str = "value_error",
+                 headers: dict[str, str] | None = None, extra: dict[str, Any] | None = None) -> None:
+        super().__init__(status, msg, headers)
+        self.loc = list(loc)
+        self.kind = kind
+        self.extra = extra or {}
+
+
+def loc_for_error(error_type: str | None) -> list[str]:
+    """The body location a planner error of class ``error_type`` is about."""
+    return list(_ERROR_LOC.get(error_type or "", ("body",)))
+
+
+def error_body(msg: str, loc: Loc = (), kind: str = "value_error", **extra: Any) -> dict[str, Any]:
+    return {"detail": [{"loc": list(loc), "msg": msg, "type": kind}], **extra}
+
+
+def user_label(value: str, loc: Loc, max_len: int) -> str:
+    """A name that is stored and shown (model, cluster): printable, and short enough for its column."""
+    if not value or len(value) > max_len or not value.isprintable():
+        raise ApiError(422, f"must be 1 to {max_len} printable characters, got {value[:40]!r}"
+                       + ("…" if len(value) > 40 else ""), loc)
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ApiError(422, "must be valid Unicode text (no lone surrogates)", loc) from None
+    return value
+
+
+def install_handlers(app: FastAPI) -> None:
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if isinstance(exc, ApiError):
+            body = error_body(exc.detail, exc.loc, exc.kind, **exc.extra)
+        elif exc.status_code == 400 and isinstance(exc.__cause__, ValueError):
+            # FastAPI's answer to a body it cannot decode (not UTF-8): a malformed body like any other.
+            return JSONResponse(error_body(f"the body is not JSON text: {exc.__cause__}", ["body"], "json_invalid"),
+                                status_code=422)
+        else:
+            body = error_body(str(exc.detail), [], "http_error")
+        return JSONResponse(body, status_code=exc.status_code, headers=exc.headers)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # pydantic's own entries, made JSON-safe: "input" and "ctx" may hold inf, bytes or exceptions.
+        items = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                 for e in exc.errors()]
+        return JSONResponse(finite({"detail": items}), status_code=422)
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body(f"internal error ({type(exc).__name__}); the service logged it", [],
+                                       "internal_error"), status_code=500)

@@ -1,0 +1,89 @@
+"""The FastAPI app: settings, database, worker pool and routers, wired at start-up.
+
+>>> app = create_app(Settings(database_url="sqlite://", workers=1))
+>>> sorted(p for p in app.openapi()["paths"] if p.startswith("/v1/plans"))
+['/v1/plans', '/v1/plans/compare', '/v1/plans/{plan_id}', '/v1/plans/{plan_id}/release']
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+
+from api.auth import TokenChecker
+from api.costmodels import CostModels
+from api.database import Database
+from api.deps import Services
+from api.errors import install_handlers
+from api.limits import BodyLimitMiddleware
+from api.metrics import Metrics, MetricsMiddleware
+from api.planning import Planning
+from api.pool import WorkerPool
+from api.registry import Registry
+from api.resolve import Resolver
+from api.routes import clusters, costmodel, health, jobs, models, plans
+from api.settings import Settings, get_settings
+from api.store import recover_jobs
+from api.zoo import ZooCatalog
+
+__all__ = ["create_app"]
+
+log = logging.getLogger(__name__)
+
+VERSION = "1.0.0"
+
+_DESCRIPTION = """\
+Plans how to split a DNN model into pipeline stages across busy, heterogeneous GPUs (pipeplan).
+
+Writes need a bearer token (`pipeplan token create`); reads may too, by the service's settings.
+Errors name the field at fault in `detail[].loc`.
+"""
+
+
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The service; nothing starts (database, workers) until the app's lifespan begins."""
+    settings = settings or get_settings()
+    metrics = Metrics()
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        db = Database(settings.database_url)
+        db.migrate()
+        with db.write() as session:
+            stale = recover_jobs(session)
+        if stale:
+            log.warning("%d jobs were unfinished when the service last stopped; marked failed", stale)
+        pool = WorkerPool(settings.workers, settings.queue_size)
+        pool.start()
+        metrics.watch_pool(pool.stats)
+        registry = Registry(settings.max_devices)
+        costmodels = CostModels(settings.costmodel_dir)
+        zoo = ZooCatalog(settings.capture_timeout, settings.retry_after)
+        resolver = Resolver(db, settings, registry, costmodels, zoo)
+        planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after)
+        app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning, TokenChecker(db),
+                                      metrics)
+        log.info("pipeplan service: %s database, %d workers, reads %s", db.backend, settings.workers,
+                 settings.read_auth)
+        try:
+            yield
+        finally:
+            pool.close()
+            db.dispose()
+
+    app = FastAPI(title="pipeplan", version=VERSION, description=_DESCRIPTION, lifespan=lifespan,
+                  openapi_tags=[{"name": "plans", "description": "make, read and compare plans"},
+                                {"name": "jobs", "description": "solves running in the worker pool"},
+                                {"name": "clusters", "description": "the cluster registry and device loads"},
+                                {"name": "models", "description": "the model zoo"},
+                                {"name": "costmodel", "description": "per-layer time predictions"},
+                                {"name": "service", "description": "health and metrics"}])
+    install_handlers(app)
+    for module in (plans, jobs, clusters, models, costmodel, health):
+        app.include_router(module.router)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(MetricsMiddleware, metrics=metrics)
+    return app

@@ -1,0 +1,144 @@
+"""The database tables (SQLAlchemy 2 ORM).  Their history is in ``api/migrations``.
+
+JSON documents (plans, cluster specs, graphs, requests) are stored as text: the service writes
+them once and hands the stored text back, which keeps cached reads cheap on both SQLite and
+PostgreSQL.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy.engine import Dialect
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+from sqlalchemy.types import TypeDecorator
+
+__all__ = ["Base", "ClusterRow", "GraphRow", "JobRow", "PlanRow", "ReservationRow", "TokenRow", "utcnow"]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite hands back naive ones otherwise)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is not None and value.tzinfo is None:
+            raise ValueError("naive datetime given to a UTC column")
+        return value.astimezone(UTC) if value is not None else None
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+class Base(DeclarativeBase):
+    pass
+
+
+class TokenRow(Base):
+    """A bearer token, stored as the SHA-256 of the token (the token itself is shown once)."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    name: Mapped[str] = mapped_column(String(128))
+    digest: Mapped[str] = mapped_column(String(64), unique=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class ClusterRow(Base):
+    """A registered cluster: its spec with every device's base load.
+
+    ``revision`` grows on every change, reservations included, so a cached view of the cluster
+    is valid exactly while the revision is unchanged.
+    """
+
+    __tablename__ = "clusters"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    spec: Mapped[str] = mapped_column(Text)
+    revision: Mapped[int] = mapped_column(Integer, default=1)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class GraphRow(Base):
+    """A layer graph, by the SHA-256 of its canonical JSON; ``zoo_key`` names the zoo request
+    that captured it, so a repeated zoo request skips the capture."""
+
+    __tablename__ = "graphs"
+
+    digest: Mapped[str] = mapped_column(String(64), primary_key=True)
+    zoo_key: Mapped[str | None] = mapped_column(String(64), unique=True, nullable=True)
+    model: Mapped[str] = mapped_column(String(256))
+    layers: Mapped[int] = mapped_column(Integer)
+    edges: Mapped[int] = mapped_column(Integer)
+    doc: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class PlanRow(Base):
+    """A plan and the request that made it; ``key`` identifies identical requests."""
+
+    __tablename__ = "plans"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    key: Mapped[str] = mapped_column(String(64), unique=True)
+    model: Mapped[str] = mapped_column(String(256), index=True)
+    cluster: Mapped[str] = mapped_column(String(128), index=True)
+    registered: Mapped[bool] = mapped_column(Boolean, default=False)  # cluster from the registry
+    cluster_revision: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    graph_digest: Mapped[str] = mapped_column(String(64))
+    costmodel: Mapped[str] = mapped_column(String(256))
+    objective: Mapped[str] = mapped_column(String(16))
+    bottleneck: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    latency: Mapped[float | None] = mapped_column(Float, nullable=True)
+    status: Mapped[str] = mapped_column(String(32))  # the solver certificate's status
+    request: Mapped[str] = mapped_column(Text)
+    doc: Mapped[str] = mapped_column(Text)
+    loads: Mapped[str] = mapped_column(Text)  # device -> kind of load a stage puts on it (JSON)
+    reserved: Mapped[bool] = mapped_column(Boolean, default=False)
+    released_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+
+
+class ReservationRow(Base):
+    """The load one stage of a reserved plan puts on one device of a registered cluster."""
+
+    __tablename__ = "reservations"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    plan_id: Mapped[str] = mapped_column(String(32), ForeignKey("plans.id", ondelete="CASCADE"), index=True)
+    cluster: Mapped[str] = mapped_column(String(128), ForeignKey("clusters.name"), index=True)
+    device: Mapped[str] = mapped_column(String(128))
+    kind: Mapped[str] = mapped_column(String(16))  # compute | memory
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class JobRow(Base):
+    """A solve run by the worker pool: queued → running → done | failed."""
+
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # plan | compare
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    key: Mapped[str] = mapped_column(String(64), index=True)
+    request: Mapped[str] = mapped_column(Text)
+    plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    result: Mapped[str | None] = mapped_column(Text, nullable=True)  # compare: the comparison (JSON)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    worker_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)

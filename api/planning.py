@@ -1,0 +1,261 @@
+"""Plan and compare requests: check them, find a stored answer, or solve them in the pool.
+
+The path of ``POST /v1/plans``:
+
+1. check the request and resolve its parts (:mod:`api.resolve`): the graph's digest, the cluster's
+   state, the cost model; a problem is a 4xx naming the field;
+2. an identical earlier request (same key) has a stored plan: answer it (200), solving nothing;
+3. an identical request is being solved right now: wait for that job instead of starting another;
+4. otherwise write a queued job and hand it to the pool (full: 503 with Retry-After), wait up to
+   ``wait`` seconds: answer 201 with the plan, 422 with the planner's reason, or 202 with the job.
+
+Bookkeeping when a job ends (store the graph, the plan, its reservations; finish the job) runs on
+the pool's callback thread, so it happens even when no request waits any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import threading
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from api.database import Database
+from api.errors import ApiError, loc_for_error
+from api.keys import canonical, request_key
+from api.metrics import Metrics
+from api.models import JobRow, PlanRow
+from api.pool import Outcome, QueueFull, Task, WorkerPool
+from api.registry import Registry
+from api.resolve import Prepared, Resolver
+from api.schemas.common import ZooModelRef
+from api.schemas.plans import CompareCreate, PlanCreate
+from api.store import finish_job, job_view, new_id, plan_json, save_graph, start_job
+
+__all__ = ["Answer", "Planning"]
+
+log = logging.getLogger(__name__)
+
+_PLANS = PlanRow.__table__
+
+
+@dataclass(frozen=True)
+class Answer:
+    status: int
+    body: dict[str, Any] | bytes  # bytes: JSON text already
+    headers: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class _Finished:
+    outcome: Outcome
+    plan_id: str | None = None
+
+
+class Planning:
+    def __init__(self, db: Database, pool: WorkerPool, registry: Registry, resolver: Resolver,
+                 metrics: Metrics, sync_wait: float, retry_after: int) -> None:
+        self.db, self.pool, self.registry, self.resolver = db, pool, registry, resolver
+        self.metrics = metrics
+        self.sync_wait = sync_wait
+        self.retry_after = retry_after
+        self._lock = threading.Lock()
+        self._inflight: dict[str, tuple[str, Future[_Finished]]] = {}  # request key -> job
+
+    async def create(self, body: PlanCreate | CompareCreate, kind: str) -> Answer:
+        zoo_name = None
+        if isinstance(body.model, ZooModelRef):  # checked here: the zoo's list may still be loading
+            zoo_name = await self.resolver.zoo.canonical_name(body.model.name)
+        prep, cached = await run_in_threadpool(self._prepare, body, kind, zoo_name)
+        self.metrics.cache.labels(kind=kind, result="hit" if cached else "miss").inc()
+        if cached is not None:
+            return cached
+        wait = self.sync_wait if body.wait is None else body.wait
+        with self._lock:
+            running = self._inflight.get(prep.key)
+        if running is not None:
+            job_id, future = running
+            return await self._answer(prep, job_id, future, wait, attached=True)
+        job_id, future = await run_in_threadpool(self._submit, prep)
+        return await self._answer(prep, job_id, future, wait, attached=False)
+
+    def _prepare(self, body: PlanCreate | CompareCreate, kind: str,
+                 zoo_name: str | None) -> tuple[Prepared, Answer | None]:
+        """The checked request and its stored answer, if any (one thread hop for both)."""
+        with self.db.read() as session:
+            prep = self.resolver.prepare(session, body, kind, zoo_name)
+            return prep, self._cached(session, prep)
+
+    # -- stored answers ---------------------------------------------------------------------------
+
+    def _cached(self, session: Session, prep: Prepared) -> Answer | None:
+        if not prep.final:
+            return None
+        if prep.kind == "compare":
+            job = session.execute(select(JobRow).where(JobRow.key == prep.key, JobRow.kind == "compare",
+                                                       JobRow.status == "done")
+                                  .order_by(JobRow.finished_at.desc()).limit(1)).scalar_one_or_none()
+            if job is None or job.result is None:
+                return None
+            return Answer(200, {"job_id": job.id, "cached": True, "comparison": json.loads(job.result)})
+        # A Core row, not an ORM object: this is the hot path of identical requests.
+        found = session.execute(select(_PLANS).where(_PLANS.c.key == prep.key)).first()
+        if found is None:
+            return None
+        if prep.reserve and not found.reserved:
+            with self.db.write() as writer:
+                row = writer.get(PlanRow, found.id, with_for_update=True)
+                if row is None:  # deleted a moment ago
+                    return None
+                self._reserve(writer, row)
+                return Answer(200, plan_json(row, cached=True), {"Location": f"/v1/plans/{row.id}"})
+        return Answer(200, plan_json(found, cached=True), {"Location": f"/v1/plans/{found.id}"})
+
+    def _reserve(self, session: Any, row: PlanRow) -> None:
+        if not row.reserved and self.registry.reserve(session, row.cluster, row.id, json.loads(row.loads)):
+            row.reserved, row.released_at = True, None
+
+    # -- solving ----------------------------------------------------------------------------------
+
+    def _submit(self, prep: Prepared) -> tuple[str, Future[_Finished]]:
+        if not self.pool.has_room():
+            raise self._busy()
+        job_id = new_id()
+        with self.db.write() as session:
+            session.add(JobRow(id=job_id, kind=prep.kind, status="queued", key=prep.key,
+                               request=canonical(prep.request)))
+        future: Future[_Finished] = Future()
+        task = Task(job_id, prep.kind, self.resolver.payload(prep), prep.timeout, on_start=self._started,
+                    on_done=lambda task, outcome: self._done(prep, task, outcome, future))
+        with self._lock:
+            self._inflight[prep.key] = (job_id, future)
+        try:
+            self.pool.submit(task)
+        except QueueFull:
+            with self._lock:
+                self._inflight.pop(prep.key, None)
+            with self.db.write() as session:
+                job = session.get(JobRow, job_id)
+                if job is not None:
+                    session.delete(job)
+            raise self._busy() from None
+        self.metrics.jobs.labels(kind=prep.kind, event="queued").inc()
+        return job_id, future
+
+    def _busy(self) -> ApiError:
+        stats = self.pool.stats()
+        return ApiError(503, f"all {stats.size} solver workers are busy and the queue is full "
+                        f"({stats.queued} jobs waiting); retry later", [], "busy",
+                        headers={"Retry-After": str(self.retry_after)})
+
+    async def _answer(self, prep: Prepared, job_id: str, future: Future[_Finished], wait: float,
+                      attached: bool) -> Answer:
+        finished: _Finished | None = None
+        if wait > 0:
+            with contextlib.suppress(TimeoutError):  # still solving: answered with the job below
+                finished = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait)
+        if finished is None:
+            with self.db.read() as session:
+                job = session.get(JobRow, job_id)
+                view = job_view(job) if job is not None else None
+            if view is None:
+                raise ApiError(503, f"job {job_id} vanished; send the request again", [], "unavailable")
+            return Answer(202, view, {"Location": f"/v1/jobs/{job_id}"})
+        outcome = finished.outcome
+        if not outcome.ok:
+            if outcome.user_error:
+                raise ApiError(422, outcome.error or "the request cannot be planned",
+                               loc_for_error(outcome.error_type), outcome.error_type or "value_error")
+            raise ApiError(503 if outcome.error_type in ("WorkerDied", "Timeout") else 500,
+                           f"job {job_id} failed: {outcome.error}", [], outcome.error_type or "internal_error",
+                           extra={"job": f"/v1/jobs/{job_id}"})
+        if prep.kind == "compare":
+            return Answer(200, {"job_id": job_id, "cached": attached,
+                                "comparison": outcome.value["comparison"]})
+        with self.db.read() as session:
+            row = session.get(PlanRow, finished.plan_id)
+        if row is None:  # deleted in the meantime
+            raise ApiError(404, f"the plan of job {job_id} was deleted", ["path"])
+        return Answer(200 if attached else 201, plan_json(row, cached=attached), {"Location": f"/v1/plans/{row.id}"})
+
+    def _started(self, task: Task, pid: int) -> None:
+        with self.db.write() as session:
+            start_job(session, task.id, pid)
+        self.metrics.jobs.labels(kind=task.kind, event="started").inc()
+
+    def _done(self, prep: Prepared, task: Task, outcome: Outcome, future: Future[_Finished]) -> None:
+        plan_id: str | None = None
+        try:
+            if outcome.ok:
+                plan_id = self._store(prep, task.id, outcome.value)
+            else:
+                with self.db.write() as session:
+                    finish_job(session, task.id, error=outcome.error or "failed", error_type=outcome.error_type)
+        except Exception as exc:
+            log.exception("could not record the end of job %s", task.id)
+            outcome = Outcome(False, error=f"could not store the result: {exc}", error_type=type(exc).__name__)
+            try:
+                with self.db.write() as session:
+                    finish_job(session, task.id, error=outcome.error, error_type=outcome.error_type)
+            except Exception:
+                log.exception("could not mark job %s failed", task.id)
+        finally:
+            with self._lock:
+                if self._inflight.get(prep.key, ("",))[0] == task.id:
+                    del self._inflight[prep.key]
+            self.metrics.jobs.labels(kind=task.kind, event="done" if outcome.ok else "failed").inc()
+            future.set_result(_Finished(outcome, plan_id))
+
+    def _store(self, prep: Prepared, job_id: str, value: dict[str, Any]) -> str | None:
+        """Store what a finished job made; the id of its plan (None for a comparison)."""
+        for attempt in range(2):
+            try:
+                with self.db.write() as session:
+                    digest = self._save_graph(session, prep, value.get("graph"))
+                    key = request_key(prep.kind, digest, *prep.key_parts)
+                    if prep.kind == "compare":
+                        finish_job(session, job_id, result=json.dumps(value["comparison"]), key=key)
+                        return None
+                    row = session.execute(select(PlanRow).where(PlanRow.key == key)).scalar_one_or_none()
+                    if row is None:
+                        row = self._new_plan(prep, key, digest, value)
+                        session.add(row)
+                        session.flush()
+                    if prep.reserve:
+                        self._reserve(session, row)
+                    finish_job(session, job_id, plan_id=row.id, key=key)
+                    return row.id
+            except IntegrityError:  # another process stored the same plan a moment ago: take that one
+                if attempt:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _save_graph(self, session: Any, prep: Prepared, captured: dict[str, Any] | None) -> str:
+        if captured is not None:
+            save_graph(session, captured["digest"], captured["doc"], captured["model"], captured["layers"],
+                       captured["edges"], zoo_key=prep.zoo_key)
+            return str(captured["digest"])
+        if prep.graph is not None:
+            save_graph(session, prep.graph.digest, prep.graph.doc, prep.graph.model, prep.graph.layers,
+                       prep.graph.edges)
+        assert prep.digest is not None, "a zoo graph is either captured by the job or already stored"
+        return prep.digest
+
+    def _new_plan(self, prep: Prepared, key: str, digest: str, value: dict[str, Any]) -> PlanRow:
+        plan = value["plan"]
+        return PlanRow(
+            id=new_id(), key=key, model=str(plan["model"])[:256], cluster=prep.cluster.name,
+            registered=prep.cluster.registered, cluster_revision=prep.cluster.revision, graph_digest=digest,
+            costmodel=prep.costmodel_name, objective=plan["options"]["objective"], bottleneck=plan["bottleneck"],
+            throughput=plan["throughput"], latency=plan["latency"], status=plan["certificate"]["status"][:32],
+            request=canonical(prep.request), doc=json.dumps(plan, allow_nan=False), loads=json.dumps(value["loads"]),
+            reserved=False)

@@ -1,0 +1,58 @@
+"""What a reserved plan does to a cluster: each stage becomes a co-runner on its device.
+
+A stage that runs on a device is, to every later plan, one more process sharing that device.  Its
+character follows the roofline: a stage whose arithmetic intensity (FLOPs per byte moved) reaches
+the device's ridge point (peak FLOP/s ÷ bandwidth) is compute-bound, otherwise memory-bound.
+
+A device's load is then its base load (what the registry says runs there) plus one co-runner per
+reserved stage:
+
+- co-runners of one kind add up (``1×compute`` + a compute stage = ``2×compute``); kinds that differ
+  give ``mixed``;
+- a base load given as utilisation ``u`` is read as ``u / (1 − u)`` co-runners, the count that
+  holds that share under time-sharing (n co-runners hold n / (n + 1)), and the sum is written back as
+  a utilisation, which keeps ``Contention``'s either-or form.
+
+>>> combine(Contention(), ["compute"]).describe()
+'1×compute'
+>>> combine(Contention(corunners=1, kind="memory"), ["compute"]).describe()
+'2×mixed'
+>>> combine(Contention(utilization=0.5), ["memory"]).describe()
+'67% used'
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+
+__all__ = ["MAX_CORUNNERS", "combine", "stage_kind"]
+
+MAX_CORUNNERS = 64  # Contention's own bound
+
+
+def stage_kind(layers: Iterable[Layer], device: Device) -> str:
+    """``compute`` or ``memory``: which roof the stage's layers, taken together, sit under."""
+    flops = traffic = 0
+    for layer in layers:
+        flops += layer.flops
+        traffic += layer.bytes_read + layer.bytes_written
+    ridge = device.peak_flops / device.mem_bandwidth
+    if traffic == 0:
+        return "compute"
+    return "compute" if flops / traffic >= ridge else "memory"
+
+
+def combine(base: Contention, kinds: Sequence[str]) -> Contention:
+    """``base`` plus one co-runner of each of ``kinds``."""
+    if not kinds:
+        return base
+    if base.utilization is not None:
+        equivalent = base.utilization / (1.0 - base.utilization) + len(kinds)
+        # Kept strictly below 1 (Contention's bound) however many stages are reserved.
+        return Contention(utilization=min(equivalent / (equivalent + 1.0), 0.999))
+    present = set(kinds) | ({base.kind} if base.corunners else set())
+    kind = present.pop() if len(present) == 1 else "mixed"
+    return Contention.model_validate({"corunners": min(base.corunners + len(kinds), MAX_CORUNNERS), "kind": kind})

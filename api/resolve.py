@@ -1,0 +1,219 @@
+"""Turn a plan or compare request into what a worker needs, checking every part on the way.
+
+Each problem becomes a 4xx that names the field: a graph over the size limits (413), a graph
+``ModelGraph.from_dict`` refuses, an unknown cluster, a spec ``Cluster.from_dict`` refuses, a
+time limit over the service's, ``reserve`` on a cluster that is not registered (422).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.orm import Session
+
+from api.costmodels import CostModels, ResolvedCostModel
+from api.database import Database
+from api.errors import ApiError, user_label
+from api.keys import canonical, digest_text, request_key, zoo_key
+from api.registry import ClusterState, Registry, state_of
+from api.schemas.common import GraphModelRef, ZooModelRef
+from api.schemas.plans import CompareCreate, PlanCreate
+from api.settings import Settings
+from api.store import find_graph, zoo_digest
+from api.zoo import ZooCatalog
+from planner.problem import PlanError, PlanOptions
+
+__all__ = ["GraphInfo", "Prepared", "Resolver", "check_sizes"]
+
+# The largest sizes a graph may state.  The ILP's memory constraints are int64 (CP-SAT): a layer's
+# bytes times the microbatches in flight (at most 4096) must stay far below 2**63; and FLOPs are
+# divided as floats.  Far above any real model, and a clear 422 instead of an overflow deep inside.
+_MAX_BYTES = 2**48
+_MAX_FLOPS = 2**62
+_SIZE_LIMITS = {"flops": _MAX_FLOPS, "bytes_read": _MAX_FLOPS, "bytes_written": _MAX_BYTES,
+                "param_bytes": _MAX_BYTES, "activation_bytes": _MAX_BYTES, "kernels": 2**31}
+
+_SEEN_ONE = 512 * 1024  # largest graph text remembered
+_SEEN_ALL = 32 * 2**20  # all of them together
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    digest: str
+    doc: str  # canonical JSON
+    model: str
+    layers: int
+    edges: int
+
+
+@dataclass(frozen=True)
+class Prepared:
+    kind: str  # plan | compare
+    key: str  # final when the graph is known; else provisional (a zoo model not captured yet)
+    final: bool
+    key_parts: tuple[str, str, dict[str, Any], dict[str, Any]]  # cluster digest, cost model, options, solver
+    digest: str | None  # the graph's, when known
+    graph: GraphInfo | None  # an uploaded graph
+    zoo_key: str | None
+    cluster: ClusterState
+    costmodel: ResolvedCostModel
+    options: dict[str, Any]
+    solver: dict[str, Any]
+    zoo: dict[str, Any] | None  # the zoo model's name and sizes
+    reserve: bool
+    request: dict[str, Any]  # what is stored with the job and the plan
+    timeout: float
+
+    @property
+    def costmodel_name(self) -> str:
+        return self.costmodel.name
+
+
+class Resolver:
+    def __init__(self, db: Database, settings: Settings, registry: Registry, costmodels: CostModels,
+                 zoo: ZooCatalog) -> None:
+        self.db, self.settings, self.registry, self.costmodels, self.zoo = db, settings, registry, costmodels, zoo
+        # Graphs seen lately, by the digest of the document as sent: a repeated upload (the common
+        # case of an identical request) skips parsing and checking it again.  Bounded in bytes.
+        self._seen: OrderedDict[str, GraphInfo] = OrderedDict()
+        self._seen_bytes = 0
+        self._lock = threading.Lock()
+
+    def prepare(self, session: Session, body: PlanCreate | CompareCreate, kind: str,
+                zoo_name: str | None) -> Prepared:
+        """Check ``body`` and resolve its parts, reading the registry and stored graphs in ``session``."""
+        solver = self._solver(body)
+        costmodel = self.costmodels.resolve(body.costmodel)
+        self.costmodels.load(costmodel)
+        reserve = bool(getattr(body, "reserve", False))
+        if isinstance(body.cluster, str):
+            cluster = self.registry.get(session, body.cluster, ["body", "cluster"])
+        else:
+            spec = body.cluster.model_dump(mode="json", exclude_none=True)
+            user_label(spec["name"], ["body", "cluster", "name"], 128)
+            cluster = state_of(self.registry.validate(spec, ["body", "cluster"]))
+        if reserve and not cluster.registered:
+            raise ApiError(422, "reserve needs a registered cluster: PUT it to /v1/clusters/{name} and plan "
+                           "on it by name", ["body", "reserve"])
+        options = self._options(body, cluster)
+        graph: GraphInfo | None = None
+        zk: str | None = None
+        zoo: dict[str, Any] | None = None
+        timeout = 0.0
+        if isinstance(body.model, GraphModelRef):
+            graph = self._graph(body.model.graph)
+            digest: str | None = graph.digest
+        else:
+            assert isinstance(body.model, ZooModelRef) and zoo_name is not None
+            m = body.model
+            zk = zoo_key(zoo_name, m.batch, m.granularity, m.seq_len, m.image_size)
+            zoo = {"name": zoo_name, "batch": m.batch, "granularity": m.granularity, "seq_len": m.seq_len,
+                   "image_size": m.image_size}
+            digest = zoo_digest(session, zk)
+            if digest is None:  # never captured: the job captures it first
+                timeout = self.settings.capture_timeout
+        parts = (cluster.digest, costmodel.identity, options, solver)
+        key = request_key(kind, digest or f"zoo:{zk}", *parts)
+        request = body.model_dump(mode="json", exclude={"model"})
+        request["model"] = {"graph_digest": graph.digest} if graph is not None else \
+            body.model.model_dump(mode="json")
+        # Generous: CP-SAT stops itself at its limit; this only catches a worker that hangs.
+        timeout += solver["time_limit"] * 2 + 60.0
+        return Prepared(kind, key, digest is not None, parts, digest, graph, zk, cluster, costmodel, options,
+                        solver, zoo, reserve, request, timeout)
+
+    def payload(self, prep: Prepared) -> dict[str, Any]:
+        """What the worker needs for ``prep`` (built only when a job is submitted)."""
+        payload: dict[str, Any] = {
+            "cluster": prep.cluster.effective.to_dict(), "costmodel": prep.costmodel.spec,
+            "costmodel_name": prep.costmodel.name, "options": prep.options, "solver": prep.solver}
+        if prep.graph is not None:
+            payload["graph_text"] = prep.graph.doc
+            return payload
+        payload["zoo"] = prep.zoo
+        if prep.digest is not None:  # captured before: the worker skips torch altogether
+            with self.db.read() as session:
+                found = find_graph(session, digest=prep.digest)
+            if found is not None:
+                payload["graph_text"] = found.doc
+        return payload
+
+    def _solver(self, body: PlanCreate | CompareCreate) -> dict[str, Any]:
+        s = self.settings
+        limit = body.solver.time_limit if body.solver.time_limit is not None else s.default_time_limit
+        if limit > s.max_time_limit:
+            raise ApiError(422, f"time limit {limit:g} s is over this service's limit of {s.max_time_limit:g} s",
+                           ["body", "solver", "time_limit"])
+        threads = body.solver.threads if body.solver.threads is not None else s.solver_threads
+        if threads > s.max_solver_threads:
+            raise ApiError(422, f"{threads} solver threads asked; this service allows at most "
+                           f"{s.max_solver_threads}", ["body", "solver", "threads"])
+        return {"time_limit": limit, "workers": threads, "seed": body.solver.seed, "gap_limit": body.solver.gap_limit}
+
+    def _options(self, body: PlanCreate | CompareCreate, cluster: ClusterState) -> dict[str, Any]:
+        options = body.options.model_dump()
+        try:
+            PlanOptions(**options)
+        except PlanError as exc:
+            raise ApiError(422, str(exc), ["body", "options"]) from None
+        devices = len(cluster.effective.devices)
+        if options["max_devices"] is not None and options["max_devices"] > devices:
+            raise ApiError(422, f"max_devices is {options['max_devices']} but cluster {cluster.name!r} has "
+                           f"{devices} devices", ["body", "options", "max_devices"])
+        return options
+
+    def _graph(self, raw: Any) -> GraphInfo:
+        from costmodel.graph import ModelGraph
+
+        loc: list[str | int] = ["body", "model", "graph"]
+        try:
+            sent = digest_text(json.dumps(raw, sort_keys=True, separators=(",", ":")))
+        except (TypeError, ValueError, RecursionError):
+            sent = None
+        if sent is not None:
+            with self._lock:
+                seen = self._seen.get(sent)
+                if seen is not None:
+                    self._seen.move_to_end(sent)
+                    return seen
+        s = self.settings
+        if isinstance(raw, dict):
+            for field, limit in (("layers", s.max_graph_layers), ("edges", s.max_graph_edges)):
+                items = raw.get(field)
+                if isinstance(items, list) and len(items) > limit:
+                    raise ApiError(413, f"the graph has {len(items)} {field}; this service takes at most {limit}",
+                                   [*loc, field], "too_large")
+        try:
+            graph = ModelGraph.from_dict(raw)
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            raise ApiError(422, str(exc) or type(exc).__name__, loc) from None
+        user_label(graph.model, [*loc, "model"], 256)
+        check_sizes(graph, loc)
+        text = canonical(graph.to_dict())
+        info = GraphInfo(digest_text(text), text, graph.model, len(graph), graph.nx.number_of_edges())
+        if sent is not None and len(text) <= _SEEN_ONE:
+            with self._lock:
+                self._seen[sent] = info
+                self._seen_bytes += len(text)
+                while self._seen_bytes > _SEEN_ALL:
+                    _, dropped = self._seen.popitem(last=False)
+                    self._seen_bytes -= len(dropped.doc)
+        return info
+
+
+def check_sizes(graph: Any, loc: list[str | int]) -> None:
+    """A 422 naming the first size of ``graph`` (a ModelGraph) over the planner's numeric range."""
+    if graph.batch_size > 2**31:
+        raise ApiError(422, f"batch_size {graph.batch_size} is over {2**31}", [*loc, "batch_size"])
+    for layer in graph.layers:
+        for name, limit in _SIZE_LIMITS.items():
+            if getattr(layer, name) > limit:
+                raise ApiError(422, f"layer {layer.name!r}: {name} {getattr(layer, name)} is over {limit}",
+                               [*loc, "layers"])
+    for src, dst, nbytes in graph.edges():
+        if nbytes > _MAX_BYTES:
+            raise ApiError(422, f"edge {src} -> {dst}: bytes {nbytes} is over {_MAX_BYTES}", [*loc, "edges"])

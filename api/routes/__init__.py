@@ -1,0 +1,1 @@
+"""One router per resource; :mod:`api.main` includes them all."""

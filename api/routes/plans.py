@@ -1,0 +1,124 @@
+"""``/v1/plans``: make, read, list, release and delete plans; compare the ILP with the baselines."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Query, Request
+from fastapi.responses import JSONResponse, Response
+from sqlalchemy import bindparam, select, update
+from starlette.concurrency import run_in_threadpool
+
+from api.deps import Reader, Services, ServicesDep, Writer, errors
+from api.errors import ApiError
+from api.models import JobRow, PlanRow, utcnow
+from api.planning import Answer
+from api.schemas.jobs import JobPublic
+from api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanList, PlanPublic
+from api.store import list_plans, plan_json, plan_summary, plan_view
+
+router = APIRouter(prefix="/v1/plans", tags=["plans"])
+
+_PLANS = PlanRow.__table__
+_BY_ID = select(_PLANS).where(_PLANS.c.id == bindparam("id"))
+
+PlanId = Annotated[str, Path(min_length=1, max_length=64, description="a plan's id")]
+
+
+def _respond(answer: Answer) -> Response:
+    if isinstance(answer.body, bytes):
+        return Response(answer.body, status_code=answer.status, headers=answer.headers, media_type="application/json")
+    return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
+
+
+@router.post("", dependencies=[Writer], response_model=PlanPublic, status_code=201,
+             responses={200: {"model": PlanPublic, "description": "an identical request's stored plan"},
+                        202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
+                        **errors(401, 413, 422, 503)})
+async def create_plan(body: PlanCreate, services: ServicesDep) -> Response:
+    """Plan a model on a cluster.  201 with the plan when it is solved within ``wait`` seconds, 202
+    with the job otherwise; 200 with the stored plan for a request identical to an earlier one."""
+    return _respond(await services.planning.create(body, "plan"))
+
+
+@router.post("/compare", dependencies=[Writer], response_model=ComparePublic,
+             responses={202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
+                        **errors(401, 413, 422, 503)})
+async def compare_plans(body: CompareCreate, services: ServicesDep) -> Response:
+    """The ILP and every baseline on one problem, scored by the same simulator, side by side."""
+    return _respond(await services.planning.create(body, "compare"))
+
+
+@router.get("", dependencies=[Reader], response_model=PlanList, responses=errors(401, 422))
+def get_plans(services: ServicesDep, request: Request,
+              model: Annotated[str | None, Query(max_length=256, description="the model's name")] = None,
+              cluster: Annotated[str | None, Query(max_length=128, description="the cluster's name")] = None,
+              since: Annotated[datetime | None, Query(description="made at or after (ISO 8601)")] = None,
+              until: Annotated[datetime | None, Query(description="made before (ISO 8601)")] = None,
+              reserved: Annotated[bool | None, Query(description="only plans that hold (or not) a reservation")] = None,
+              limit: Annotated[int, Query(ge=1, le=200)] = 50,
+              offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> JSONResponse:
+    """Plans, newest first, filtered by model, cluster and time, a page at a time."""
+    for name, value in (("since", since), ("until", until)):
+        if value is not None and value.tzinfo is None:
+            raise ApiError(422, "give a time zone, e.g. 2026-11-22T10:00:00Z", ["query", name])
+    with services.db.read() as session:
+        rows, total = list_plans(session, model=model, cluster=cluster, since=since, until=until,
+                                 reserved=reserved, limit=limit, offset=offset)
+        items = [plan_summary(row) for row in rows]
+    following = None
+    if offset + len(items) < total:
+        following = str(request.url.include_query_params(offset=offset + len(items), limit=limit))
+    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset, "next": following})
+
+
+@router.get("/{plan_id}", dependencies=[Reader], response_model=PlanPublic, responses=errors(401, 404))
+async def get_plan(plan_id: PlanId, request: Request) -> Response:
+    # The hottest route: services straight from the app, the stored JSON spliced in unparsed.
+    services: Services = request.app.state.services
+
+    def read() -> bytes | None:
+        # Core, not the ORM: a plain row is all the view needs, at a fraction of the cost.
+        with services.db.engine.connect() as conn:
+            row = conn.execute(_BY_ID, {"id": plan_id}).first()
+        return plan_json(row) if row is not None else None
+
+    body = await services.db.quick(read)
+    if body is None:
+        raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
+    return Response(body, media_type="application/json")
+
+
+@router.post("/{plan_id}/release", dependencies=[Writer], response_model=PlanPublic, responses=errors(401, 404))
+def release_plan(plan_id: PlanId, services: ServicesDep) -> JSONResponse:
+    """Remove the load a reserved plan records on its cluster; the plan itself stays."""
+    with services.db.write() as session:
+        row = session.get(PlanRow, plan_id, with_for_update=True)
+        if row is None:
+            raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
+        if row.reserved:
+            services.registry.release(session, plan_id)
+            row.reserved, row.released_at = False, utcnow()
+        view = plan_view(row)
+    return JSONResponse(view)
+
+
+@router.delete("/{plan_id}", dependencies=[Writer], status_code=204, response_class=Response,
+               responses=errors(401, 404))
+async def delete_plan(plan_id: PlanId, services: ServicesDep) -> Response:
+    """Delete a plan, releasing its reservation; its jobs stay, without the plan."""
+
+    def delete() -> bool:
+        with services.db.write() as session:
+            row = session.get(PlanRow, plan_id, with_for_update=True)
+            if row is None:
+                return False
+            services.registry.release(session, plan_id)
+            session.execute(update(JobRow).where(JobRow.plan_id == plan_id).values(plan_id=None))
+            session.delete(row)
+            return True
+
+    if not await run_in_threadpool(delete):
+        raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
+    return Response(status_code=204)

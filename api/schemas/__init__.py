@@ -1,0 +1,1 @@
+"""Request and response bodies, split by resource; constraints are declared on the fields."""

@@ -1,0 +1,67 @@
+"""The cluster registry: ``PUT/GET/DELETE /v1/clusters/{name}``, device loads, reservations."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from costmodel.hardware import Contention
+from planner.cluster import ClusterSpec
+
+__all__ = ["ClusterList", "ClusterPublic", "ClusterPut", "ClusterSummary", "DevicePatch", "DeviceState",
+           "Reservation"]
+
+
+class ClusterPut(ClusterSpec):
+    """A cluster spec (planner.cluster); its name is the URL's, so ``name`` may be left out."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    name: str | None = Field(None, description="must equal the name in the URL when given")  # type: ignore[assignment]
+
+
+class DevicePatch(BaseModel):
+    """A device's current load, as the registry should record it (reservations come on top)."""
+
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+    load: Contention
+
+
+class Reservation(BaseModel):
+    plan_id: str
+    kind: Literal["compute", "memory"]
+
+
+class DeviceState(BaseModel):
+    id: str
+    type: str
+    host: str
+    base_load: Contention = Field(..., description="what the registry records as running there")
+    load: Contention = Field(..., description="the load plans see: base load plus reservations")
+    reservations: list[Reservation]
+
+
+class ClusterPublic(BaseModel):
+    name: str
+    url: str
+    builtin: bool = Field(..., description="a read-only built-in spec, not (yet) in the registry")
+    revision: int | None = Field(..., description="grows with every change, reservations included")
+    created_at: datetime | None
+    updated_at: datetime | None
+    devices: list[DeviceState]
+    spec: dict[str, Any] = Field(..., description="the spec with base loads and every link spelled out")
+
+
+class ClusterSummary(BaseModel):
+    name: str
+    url: str
+    builtin: bool
+    devices: int
+    revision: int | None
+
+
+class ClusterList(BaseModel):
+    items: list[ClusterSummary]

@@ -1,0 +1,63 @@
+"""The zoo, cost predictions and health."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field, SkipValidation
+
+from api.schemas.common import ClusterRef, Strict
+from api.schemas.graph import LayerDoc
+from api.schemas.plans import COSTMODEL_PATTERN
+from costmodel.hardware import Contention, Device
+
+__all__ = ["Health", "LayerPrediction", "PoolHealth", "PredictRequest", "PredictResponse", "ZooModelPublic"]
+
+
+class ZooModelPublic(BaseModel):
+    name: str
+    family: str = Field(..., description="builtin or transformers")
+    inputs: str = Field(..., description="features, image or tokens")
+    description: str
+
+
+class PredictRequest(Strict):
+    """Each layer's time on each device, under the devices' loads (or ``load`` for all of them)."""
+
+    costmodel: str = Field("analytic", pattern=COSTMODEL_PATTERN)
+    # Checked by costmodel.graph (as a graph of these layers), whose messages name the layer.
+    layers: SkipValidation[list[LayerDoc]] = Field(..., description="layers in the graph format")
+    cluster: ClusterRef | None = Field(None, description="a cluster (its loads apply), or give devices")
+    devices: list[Device] | None = Field(None, description="devices, when no cluster is given")
+    load: Contention | None = Field(None, description="assume this load on every device instead")
+
+
+class LayerPrediction(BaseModel):
+    name: str
+    seconds: dict[str, float | None] = Field(..., description="device id → seconds for one forward pass")
+    params: int
+    activations: int
+    workspace: int
+
+
+class PredictResponse(BaseModel):
+    costmodel: str
+    devices: list[str]
+    layers: list[LayerPrediction]
+    totals: dict[str, float | None] = Field(..., description="device id → the whole list of layers, seconds")
+
+
+class PoolHealth(BaseModel):
+    size: int
+    alive: int
+    busy: int
+    queued: int
+    capacity: int
+    restarts: int
+
+
+class Health(BaseModel):
+    status: Literal["ok", "degraded"]
+    database: Literal["ok", "unreachable"]
+    backend: str
+    workers: PoolHealth

@@ -1,0 +1,165 @@
+"""Plan requests and plan answers: ``POST /v1/plans``, ``GET /v1/plans[/{id}]``, compare."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+from api.schemas.common import ClusterRef, ModelRef, Strict
+
+__all__ = [
+    "CertificateDoc", "CompareCreate", "ComparePublic", "ComparisonDoc", "ComparisonRow", "PlanCreate",
+    "PlanDoc", "PlanList", "PlanOptionsIn", "PlanPublic", "PlanSummary", "SolverIn", "StageDoc",
+]
+
+COSTMODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
+
+
+class PlanOptionsIn(Strict):
+    """What the plan optimises and under which rules (planner.problem.PlanOptions)."""
+
+    objective: Literal["throughput", "latency"] = Field(
+        "throughput", description="minimise the bottleneck stage, or the end-to-end latency")
+    comm: Literal["overlap", "serial"] = Field(
+        "overlap", description="a stage's time is max(compute, recv, send), or their sum")
+    microbatches: int = Field(4, ge=1, le=4096)
+    in_flight: int | None = Field(None, ge=1, le=4096, description="microbatches whose activations a stage keeps")
+    memory_margin: float = Field(0.1, ge=0.0, lt=1.0, description="share of each device's memory kept free")
+    min_throughput: float | None = Field(None, gt=0.0, description="samples/s floor for the latency objective")
+    max_devices: int | None = Field(None, ge=1, le=4096, description="use at most this many devices")
+
+
+class SolverIn(Strict):
+    """CP-SAT's limits (planner.ilp.SolverOptions); defaults come from the service's settings."""
+
+    time_limit: float | None = Field(None, gt=0.0, description="seconds; at most the service's max_time_limit")
+    seed: int = Field(0, ge=0, le=2**31 - 1)
+    gap_limit: float = Field(0.0, ge=0.0, le=1.0, description="stop once (objective − bound) / objective ≤ this")
+    threads: int | None = Field(None, ge=1, le=256, description="CP-SAT workers; at most max_solver_threads")
+
+
+class _PlanRequest(Strict):
+    model: ModelRef
+    cluster: ClusterRef
+    costmodel: str = Field("analytic", pattern=COSTMODEL_PATTERN,
+                           description="'analytic', or the file name of a learned model the service offers")
+    options: PlanOptionsIn = Field(default_factory=PlanOptionsIn)
+    solver: SolverIn = Field(default_factory=SolverIn)
+    wait: float | None = Field(None, ge=0.0, le=120.0,
+                               description="seconds to wait for the result before answering 202 with a job "
+                                           "(default: the service's sync_wait)")
+
+
+class PlanCreate(_PlanRequest):
+    """A plan request.  The same graph, cluster state, cost model and options give the stored plan."""
+
+    reserve: bool = Field(False, description="record the load this plan's stages put on their devices "
+                                             "(registered clusters only), until the plan is released")
+
+
+class CompareCreate(_PlanRequest):
+    """The ILP and every baseline on one problem, scored alike (planner.compare.compare)."""
+
+
+class CertificateDoc(BaseModel):
+    method: str
+    status: str = Field(..., description="OPTIMAL, FEASIBLE or HEURISTIC")
+    objective: float | None
+    best_bound: float | None = None
+    gap: float | None = None
+    solve_time: float = 0.0
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class StageDoc(BaseModel):
+    index: int
+    device: str
+    layers: list[str]
+    compute: float | None = Field(..., description="seconds per microbatch")
+    recv: float | None
+    send: float | None
+    time: float | None
+    memory: int = Field(..., description="bytes")
+    capacity: int = Field(..., description="bytes usable on the device")
+
+
+class PlanDoc(BaseModel):
+    """The versioned plan JSON (planner.plan.Plan.to_dict); non-finite numbers are null."""
+
+    format: Literal["pipeplan.plan"]
+    version: int
+    model: str
+    cluster: str
+    costmodel: str
+    batch_size: int
+    options: dict[str, Any]
+    bottleneck: float | None
+    throughput: float | None
+    latency: float | None
+    peak_memory: int
+    certificate: CertificateDoc
+    stages: list[StageDoc]
+
+
+class PlanPublic(BaseModel):
+    id: str
+    url: str
+    created_at: datetime
+    model: str
+    cluster: str
+    registered_cluster: bool = Field(..., description="planned on a cluster of the registry")
+    cluster_revision: int | None = Field(..., description="the registered cluster's revision it was planned on")
+    costmodel: str
+    graph_digest: str
+    reserved: bool = Field(..., description="its load is recorded on the cluster now")
+    released_at: datetime | None
+    loads: dict[str, Literal["compute", "memory"]] = Field(..., description="device → load a stage puts on it")
+    cached: bool = Field(False, description="true when an identical earlier request made this plan")
+    plan: PlanDoc
+
+
+class PlanSummary(BaseModel):
+    id: str
+    url: str
+    created_at: datetime
+    model: str
+    cluster: str
+    costmodel: str
+    objective: str
+    status: str
+    bottleneck: float | None
+    throughput: float | None
+    latency: float | None
+    reserved: bool
+
+
+class PlanList(BaseModel):
+    items: list[PlanSummary]
+    total: int
+    limit: int
+    offset: int
+    next: str | None = Field(..., description="the next page's URL, or null on the last page")
+
+
+class ComparisonRow(BaseModel):
+    method: str
+    plan: PlanDoc
+    objective_vs_ilp: float | None
+    bottleneck_vs_bound: float | None
+
+
+class ComparisonDoc(BaseModel):
+    model: str
+    cluster: str
+    objective: str
+    lower_bound: float | None = Field(..., description="seconds no plan's bottleneck can beat")
+    plans: list[ComparisonRow] = Field(..., description="the ILP first, then each baseline")
+    failures: list[dict[str, str]] = Field(..., description="baselines that found no plan, and why")
+
+
+class ComparePublic(BaseModel):
+    job_id: str
+    cached: bool
+    comparison: ComparisonDoc

@@ -1,0 +1,146 @@
+"""Plans, jobs and graphs in the database, and their public views (plain dicts, JSON-ready)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.orm import Session
+
+from api.models import GraphRow, JobRow, PlanRow, utcnow
+
+__all__ = [
+    "find_graph", "finish_job", "job_view", "list_plans", "new_id", "plan_json", "plan_summary", "plan_view",
+    "recover_jobs", "save_graph", "start_job", "zoo_digest",
+]
+
+TERMINAL = ("done", "failed")
+
+
+def new_id() -> str:
+    return uuid.uuid4().hex
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat() if value is not None else None
+
+
+def _plan_head(row: Any, cached: bool) -> dict[str, Any]:
+    return {
+        "id": row.id, "url": f"/v1/plans/{row.id}", "created_at": _iso(row.created_at), "model": row.model,
+        "cluster": row.cluster, "registered_cluster": row.registered, "cluster_revision": row.cluster_revision,
+        "costmodel": row.costmodel, "graph_digest": row.graph_digest, "reserved": row.reserved,
+        "released_at": _iso(row.released_at), "loads": json.loads(row.loads), "cached": cached,
+    }
+
+
+def plan_view(row: PlanRow, cached: bool = False) -> dict[str, Any]:
+    return {**_plan_head(row, cached), "plan": json.loads(row.doc)}
+
+
+def plan_json(row: Any, cached: bool = False) -> bytes:
+    """:func:`plan_view` as JSON text, with the stored plan document spliced in unparsed (the hot
+    path of cached reads); ``row`` is a :class:`PlanRow` or a Core row of the plans table."""
+    head = json.dumps(_plan_head(row, cached), separators=(",", ":"))
+    return f'{head[:-1]},"plan":{row.doc}}}'.encode()
+
+
+def plan_summary(row: PlanRow) -> dict[str, Any]:
+    return {
+        "id": row.id, "url": f"/v1/plans/{row.id}", "created_at": _iso(row.created_at), "model": row.model,
+        "cluster": row.cluster, "costmodel": row.costmodel, "objective": row.objective, "status": row.status,
+        "bottleneck": row.bottleneck, "throughput": row.throughput, "latency": row.latency,
+        "reserved": row.reserved,
+    }
+
+
+def job_view(row: JobRow) -> dict[str, Any]:
+    return {
+        "id": row.id, "url": f"/v1/jobs/{row.id}", "kind": row.kind, "status": row.status,
+        "created_at": _iso(row.created_at), "started_at": _iso(row.started_at),
+        "finished_at": _iso(row.finished_at), "error": row.error, "error_type": row.error_type,
+        "worker_pid": row.worker_pid, "plan_id": row.plan_id,
+        "plan_url": f"/v1/plans/{row.plan_id}" if row.plan_id else None,
+        "result": json.loads(row.result) if row.result else None,
+    }
+
+
+def list_plans(session: Session, *, model: str | None, cluster: str | None, since: datetime | None,
+               until: datetime | None, reserved: bool | None, limit: int, offset: int) -> tuple[list[PlanRow], int]:
+    """One page of plans, newest first, and how many match in all."""
+    query = select(PlanRow)
+    if model is not None:
+        query = query.where(PlanRow.model == model)
+    if cluster is not None:
+        query = query.where(PlanRow.cluster == cluster)
+    if since is not None:
+        query = query.where(PlanRow.created_at >= since)
+    if until is not None:
+        query = query.where(PlanRow.created_at < until)
+    if reserved is not None:
+        query = query.where(PlanRow.reserved == reserved)
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = session.execute(query.order_by(PlanRow.created_at.desc(), PlanRow.id.desc())
+                           .limit(limit).offset(offset)).scalars().all()
+    return list(rows), total
+
+
+def find_graph(session: Session, *, digest: str | None = None, zoo_key: str | None = None) -> GraphRow | None:
+    if digest is not None:
+        return session.get(GraphRow, digest)
+    return session.execute(select(GraphRow).where(GraphRow.zoo_key == zoo_key)).scalar_one_or_none()
+
+
+def zoo_digest(session: Session, zoo_key: str) -> str | None:
+    """The digest of the graph a zoo request captured, if it was captured (without the document)."""
+    return session.execute(select(GraphRow.digest).where(GraphRow.zoo_key == zoo_key)).scalar_one_or_none()
+
+
+def save_graph(session: Session, digest: str, doc: str, model: str, layers: int, edges: int,
+               zoo_key: str | None = None) -> None:
+    """Store a graph once; a zoo capture also records which zoo request gives it."""
+    if zoo_key is not None:
+        # The same zoo request may capture a different graph after a torch upgrade: the newest wins.
+        session.execute(update(GraphRow).where(GraphRow.zoo_key == zoo_key, GraphRow.digest != digest)
+                        .values(zoo_key=None))
+    row = session.get(GraphRow, digest)
+    if row is None:
+        session.add(GraphRow(digest=digest, zoo_key=zoo_key, model=model[:256], layers=layers, edges=edges,
+                             doc=doc))
+    elif zoo_key is not None and row.zoo_key is None:
+        row.zoo_key = zoo_key
+
+
+def start_job(session: Session, job_id: str, pid: int) -> None:
+    session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.status == "queued")
+                    .values(status="running", started_at=utcnow(), worker_pid=pid))
+
+
+def _storable(text: str | None, limit: int | None = None) -> str | None:
+    """Text any database stores: no NUL (PostgreSQL refuses it), no lone surrogate, within ``limit``."""
+    if text is None:
+        return None
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\0")
+    return text[:limit] if limit else text
+
+
+def finish_job(session: Session, job_id: str, *, plan_id: str | None = None, result: str | None = None,
+               error: str | None = None, error_type: str | None = None, key: str | None = None) -> None:
+    values: dict[str, Any] = {"status": "failed" if error is not None else "done", "finished_at": utcnow(),
+                              "plan_id": plan_id, "result": result, "error": _storable(error),
+                              "error_type": _storable(error_type, 64)}
+    if key is not None:
+        values["key"] = key
+    session.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
+
+
+def recover_jobs(session: Session) -> int:
+    """Fail the jobs a stopped service left unfinished; the count of them."""
+    result = session.execute(
+        update(JobRow).where(JobRow.status.in_(("queued", "running")))
+        .values(status="failed", finished_at=utcnow(), error_type="Restarted",
+                error="the service stopped before this job finished; send the request again"))
+    return int(getattr(result, "rowcount", 0) or 0)

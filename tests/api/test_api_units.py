@@ -1,0 +1,118 @@
+"""The service's parts on their own: load arithmetic, keys, settings, token-protected reads in process."""
+
+from __future__ import annotations
+
+import doctest
+import importlib
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+from pydantic import ValidationError
+from sqlalchemy import text
+
+from api.auth import TokenChecker, create_token
+from api.database import Database
+from api.keys import canonical, digest_of, finite, request_key
+from api.main import create_app
+from api.reservations import MAX_CORUNNERS, combine, stage_kind
+from api.settings import Settings
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+
+
+@pytest.mark.parametrize("module", ["api.auth", "api.database", "api.keys", "api.main", "api.reservations",
+                                    "api.settings"])
+def test_doctests(module: str) -> None:
+    failures, tried = doctest.testmod(importlib.import_module(module))
+    assert tried > 0 and failures == 0
+
+
+def test_reserved_stages_add_corunners() -> None:
+    assert combine(Contention(), []) == Contention()
+    assert combine(Contention(), ["memory", "memory"]) == Contention(corunners=2, kind="memory")
+    assert combine(Contention(corunners=1, kind="compute"), ["compute"]) == Contention(corunners=2, kind="compute")
+    assert combine(Contention(corunners=1, kind="compute"), ["memory"]).kind == "mixed"
+    assert combine(Contention(corunners=MAX_CORUNNERS), ["compute"]).corunners == MAX_CORUNNERS
+    assert combine(Contention(utilization=0.5), ["compute"]).utilization == pytest.approx(2 / 3)
+    assert combine(Contention(utilization=0.99), ["compute"] * 64).utilization < 1.0
+
+
+def test_a_stage_is_compute_or_memory_bound_by_the_roofline() -> None:
+    device = Device(id="d", memory="1GiB", peak_flops=100e12, mem_bandwidth=1e12)  # ridge: 100 FLOP/B
+    dense = Layer("mm", "linear", "Linear", 0, flops=10**9, bytes_read=10**6, bytes_written=0, param_bytes=0,
+                  activation_bytes=0, kernels=1)
+    stream = Layer("add", "elementwise", "functional", 1, flops=10**6, bytes_read=10**6, bytes_written=10**6,
+                   param_bytes=0, activation_bytes=0, kernels=1)
+    assert stage_kind([dense], device) == "compute"
+    assert stage_kind([stream], device) == "memory"
+    assert stage_kind([dense, stream], device) == "compute"  # 1e9 FLOP over 3e6 B
+    assert stage_kind([], device) == "compute"
+
+
+def test_keys_ignore_key_order_and_cover_every_part() -> None:
+    assert canonical({"b": [1, {"d": 2, "c": 3}], "a": "é"}) == '{"a":"\\u00e9","b":[1,{"c":3,"d":2}]}'
+    assert finite([float("inf"), 1.5]) == [None, 1.5]
+    base = request_key("plan", "g", "c", "analytic", {"microbatches": 4}, {"time_limit": 1})
+    assert base == request_key("plan", "g", "c", "analytic", {"microbatches": 4}, {"time_limit": 1})
+    assert len({base, request_key("compare", "g", "c", "analytic", {"microbatches": 4}, {"time_limit": 1}),
+                request_key("plan", "g2", "c", "analytic", {"microbatches": 4}, {"time_limit": 1}),
+                request_key("plan", "g", "c2", "analytic", {"microbatches": 4}, {"time_limit": 1}),
+                request_key("plan", "g", "c", "model.json", {"microbatches": 4}, {"time_limit": 1}),
+                request_key("plan", "g", "c", "analytic", {"microbatches": 8}, {"time_limit": 1}),
+                request_key("plan", "g", "c", "analytic", {"microbatches": 4}, {"time_limit": 2})}) == 7
+    assert digest_of({"x": "\ud800"})  # a lone surrogate from a client still hashes
+
+
+def test_settings_refuse_what_would_fail_later() -> None:
+    with pytest.raises(ValidationError, match="PIPEPLAN_DATABASE_URL"):
+        Settings(database_url="mysql://db")
+    with pytest.raises(ValidationError, match="max_time_limit"):
+        Settings(database_url="sqlite://", default_time_limit=100, max_time_limit=10)
+    with pytest.raises(ValidationError):
+        Settings(database_url="sqlite://", read_auth="maybe")
+
+
+def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
+    db = Database(f"sqlite:///{tmp_path / 't.db'}")
+    db.migrate()
+    token = create_token(db, "ops")
+    with db.read() as session:
+        stored = session.execute(text("select name, digest from tokens")).all()
+    assert stored[0][0] == "ops" and token not in stored[0][1]
+    checker = TokenChecker(db)
+    assert checker.valid(token) and checker.valid(token)  # the second from memory
+    assert not checker.valid(token + "x") and not checker.valid(None) and not checker.valid("Bearer")
+    with pytest.raises(ValueError, match="token name"):
+        create_token(db, " ")
+    db.dispose()
+
+
+def test_reads_can_require_a_token(tmp_path: Path) -> None:
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'r.db'}", read_auth="token", workers=1)
+    db = Database(settings.database_url)
+    db.migrate()
+    token = create_token(db, "reader")
+    db.dispose()
+    with TestClient(create_app(settings)) as client:
+        assert client.get("/v1/plans").status_code == 401
+        assert client.get("/v1/clusters/local-cpu").status_code == 401
+        assert client.get("/v1/plans", headers={"Authorization": f"Bearer {token}"}).json()["total"] == 0
+        assert client.get("/healthz").status_code == 200  # health and metrics stay open
+        assert client.get("/metrics").status_code == 200
+        schema = client.get("/openapi.json").json()
+        assert schema["components"]["securitySchemes"]["HTTPBearer"]["scheme"] == "bearer"
+
+
+def test_migrations_build_the_schema_of_the_models(database_url: str) -> None:
+    from alembic.autogenerate import compare_metadata
+    from alembic.migration import MigrationContext
+
+    from api.models import Base
+
+    db = Database(database_url)
+    db.migrate()
+    db.migrate()  # a second start finds nothing to do
+    with db.engine.connect() as conn:
+        assert compare_metadata(MigrationContext.configure(conn), Base.metadata) == []
+    db.dispose()
