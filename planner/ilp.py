@@ -172,7 +172,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     # -- objective ----------------------------------------------------------------------------
     if latency_objective:
         if problem.max_bottleneck < math.inf:
-            model.add(bottleneck <= math.floor(problem.max_bottleneck * scale))
+            # A floor so low that it can never bind would overflow CP-SAT's int64 constants.
+            model.add(bottleneck <= min(3 * horizon, math.floor(problem.max_bottleneck * scale)))
         model.minimize(sum(stage) + (problem.options.microbatches - 1) * bottleneck)
     else:
         model.minimize(bottleneck)
