@@ -203,3 +203,15 @@ def test_time_limit_returns_a_feasible_plan_with_its_gap() -> None:
     if cert.status == "FEASIBLE":
         assert cert.gap > 0
     assert cert.solve_time < 5.0
+
+
+def test_a_throughput_floor_too_low_to_bind_gives_the_unconstrained_latency_optimum() -> None:
+    graph = capture_model("mlp", 1)
+    cluster = load_cluster("local-cpu")
+    free = solve(Problem(graph, cluster, RooflineModel(), PlanOptions(objective="latency")),
+                 SolverOptions(time_limit=10, seed=0))
+    floored = solve(Problem(graph, cluster, RooflineModel(),
+                            PlanOptions(objective="latency", min_throughput=1e-12)),
+                    SolverOptions(time_limit=10, seed=0))
+    assert floored.certificate.status == free.certificate.status == "OPTIMAL"
+    assert floored.latency == pytest.approx(free.latency)
