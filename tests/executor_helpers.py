@@ -65,7 +65,7 @@ class Exploding(nn.Module):
 
 
 def exploding_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """The factory a plan names as ``executor_helpers:exploding_model``."""
+    """The factory a plan names as ``tests.executor_helpers:exploding_model``."""
     return Exploding().eval(), (torch.randn(batch_size, 16),)
 
 
@@ -88,7 +88,7 @@ class _Stall(nn.Module):
 
 
 def stalling_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
-    """``executor_helpers:stalling_model``: layers ``a``, ``boom`` (hangs here), ``c``."""
+    """``tests.executor_helpers:stalling_model``: layers ``a``, ``boom`` (hangs here), ``c``."""
     model = Exploding()
     model.boom = _Stall()
     return model.eval(), (torch.randn(batch_size, 16),)

@@ -5,10 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from test_cli import run
-
 from costmodel.dataset import read_dataset, write_rows
 from costmodel.registry import SHIPPED_DATASET
+from tests.test_cli import run
 
 
 def test_profile_measures_the_layers_asked_for_under_each_level(tmp_path: Path) -> None:

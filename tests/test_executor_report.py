@@ -6,13 +6,13 @@ import os
 from pathlib import Path
 
 import pytest
-from executor_helpers import cpu_cluster, plan_with_cuts
 
 from costmodel.zoo import capture_model
 from executor import PlanMismatchError, RunOptions
 from executor.options import parse_loads, resolve
 from executor.report import build_report, relative_error, report_table
 from planner.plan import Plan
+from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
 
 @pytest.fixture(scope="module")

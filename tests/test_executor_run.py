@@ -8,7 +8,6 @@ import time
 from pathlib import Path
 
 import pytest
-from executor_helpers import cpu_cluster, plan_with_cuts
 
 from costmodel.zoo import capture_model
 from executor import PlanMismatchError, RunOptions, StageFailure, run_plan, split_program
@@ -21,6 +20,7 @@ from planner.ilp import SolverOptions, solve
 from planner.plan import Plan
 from planner.problem import PlanOptions, Problem
 from planner.simulate import make_plan
+from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,13 +100,13 @@ def test_branches_joined_by_concat(clusters: dict[int, Path]) -> None:
 
 
 def test_a_stage_that_raises_ends_the_run_naming_it(clusters: dict[int, Path]) -> None:
-    from executor_helpers import exploding_model
+    from tests.executor_helpers import exploding_model
 
     from costmodel.capture import capture
 
     model, args = exploding_model(4)
     graph = capture(model, args, name="exploding")
-    graph.meta["factory"] = "executor_helpers:exploding_model"
+    graph.meta["factory"] = "tests.executor_helpers:exploding_model"
     plan = plan_with_cuts(graph, clusters[3], ["boom", "c"])
     start = time.monotonic()
     with pytest.raises(StageFailure, match=r"stage 1 on cpu1 failed: RuntimeError: ZeroDivisionError") as info:
@@ -151,13 +151,13 @@ def test_old_plan_without_source_runs_as_its_zoo_model(clusters: dict[int, Path]
 
 
 def test_a_stage_that_hangs_ends_the_run_by_timeout(clusters: dict[int, Path]) -> None:
-    from executor_helpers import stalling_model
+    from tests.executor_helpers import stalling_model
 
     from costmodel.capture import capture
 
     model, args = stalling_model(4)
     graph = capture(model, args, name="stalling")
-    graph.meta["factory"] = "executor_helpers:stalling_model"
+    graph.meta["factory"] = "tests.executor_helpers:stalling_model"
     plan = plan_with_cuts(graph, clusters[2], ["boom"])
     start = time.monotonic()
     with pytest.raises(StageFailure, match=r"stage 0 on cpu0 failed: .*still running without a word: stage 1 on cpu1"):

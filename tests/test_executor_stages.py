@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 import torch
-from executor_helpers import cpu_cluster, plan_with_cuts
 from torch import nn
 
 from costmodel.capture import capture, capture_program
@@ -18,6 +17,7 @@ from costmodel.zoo import build_model, capture_model
 from executor import PlanMismatchError, check_plan, split_program
 from executor.source import batch_inputs, rebuild, source_of_plan
 from planner.plan import Plan
+from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
 
 def _chain(cp_layers: list[str], cuts: list[int]) -> list[list[str]]:
@@ -119,11 +119,11 @@ def test_plans_record_their_source_and_old_plans_still_load(mlp_plan: Plan, tmp_
 
 
 def test_a_plan_from_a_factory_rebuilds_the_same_graph() -> None:
-    from executor_helpers import exploding_model
+    from tests.executor_helpers import exploding_model
 
     model, args = exploding_model(2)
     graph = capture(model, args, name="exploding")
-    graph.meta["factory"] = "executor_helpers:exploding_model"
+    graph.meta["factory"] = "tests.executor_helpers:exploding_model"
     with pytest.raises(PlanMismatchError, match="'nowhere:thing' cannot be imported"):
         rebuild(_plan_for(graph, factory="nowhere:thing"))
     assert [layer.name for layer in rebuild(_plan_for(graph)).captured.graph.layers] == ["a", "boom", "c"]

@@ -15,7 +15,8 @@ from typing import Any
 
 import httpx
 import pytest
-from api_server import Server, create_token, start_server
+
+from tests.api.api_server import Server, create_token, start_server
 
 PG_ROOT = os.environ.get("PIPEPLAN_TEST_POSTGRES", "postgresql+psycopg://postgres@127.0.0.1:5432/test")
 

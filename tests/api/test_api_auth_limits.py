@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import httpx
-from api_factories import chain_graph, cluster_spec, plan_body
-from api_server import Server
+
+from tests.api.api_factories import chain_graph, cluster_spec, plan_body
+from tests.api.api_server import Server
 
 
 def test_writes_need_a_valid_token_and_write_nothing_without(client: httpx.Client, anonymous: httpx.Client,

@@ -7,8 +7,9 @@ import subprocess
 import sys
 
 import pytest
-from api_factories import chain_graph, plan_body
-from api_server import Server, cli
+
+from tests.api.api_factories import chain_graph, plan_body
+from tests.api.api_server import Server, cli
 
 
 def test_token_create_gives_a_token_the_server_accepts(server: Server) -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import uuid
 
 import httpx
-from api_factories import chain_graph, cluster_spec, plan_body
+
+from tests.api.api_factories import chain_graph, cluster_spec, plan_body
 
 
 def _name() -> str:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import httpx
-from api_factories import chain_graph, plan_body
-from api_server import wait_job
 
 from api.schemas.jobs import JobPublic
 from api.schemas.plans import PlanPublic
+from tests.api.api_factories import chain_graph, plan_body
+from tests.api.api_server import wait_job
 
 
 def test_create_get_list_delete(client: httpx.Client) -> None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from api_factories import chain_graph, cluster_spec, dag_graph, plan_body
-from api_server import create_token, start_server, wait_job
+
+from tests.api.api_factories import chain_graph, cluster_spec, dag_graph, plan_body
+from tests.api.api_server import create_token, start_server, wait_job
 
 
 # Two more server starts per database: PostgreSQL's run is marked slow (it still runs in CI).

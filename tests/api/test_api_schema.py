@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 import schemathesis
-from api_server import Server
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import not_a_server_error
 from schemathesis.specs.openapi.checks import (
@@ -21,6 +20,7 @@ from schemathesis.specs.openapi.checks import (
 
 from api.main import create_app
 from api.settings import Settings
+from tests.api.api_server import Server
 
 # The schema the server serves, built without starting anything (no database, no workers).
 # The coverage phase enumerates boundary cases of every field: hundreds of requests for the plan

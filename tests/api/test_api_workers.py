@@ -6,8 +6,9 @@ import os
 import signal
 
 import httpx
-from api_factories import chain_graph, dag_graph, plan_body
-from api_server import Server, wait_job
+
+from tests.api.api_factories import chain_graph, dag_graph, plan_body
+from tests.api.api_server import Server, wait_job
 
 
 def test_full_queue_503_and_a_dead_worker_fails_only_its_job(client: httpx.Client, server: Server) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from api_factories import chain_graph
-from api_server import Server
+
+from tests.api.api_factories import chain_graph
+from tests.api.api_server import Server
 
 
 def test_zoo_model_is_captured_in_a_worker_once(client: httpx.Client, server: Server) -> None:
