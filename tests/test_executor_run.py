@@ -100,9 +100,8 @@ def test_branches_joined_by_concat(clusters: dict[int, Path]) -> None:
 
 
 def test_a_stage_that_raises_ends_the_run_naming_it(clusters: dict[int, Path]) -> None:
-    from tests.executor_helpers import exploding_model
-
     from costmodel.capture import capture
+    from tests.executor_helpers import exploding_model
 
     model, args = exploding_model(4)
     graph = capture(model, args, name="exploding")
@@ -151,9 +150,8 @@ def test_old_plan_without_source_runs_as_its_zoo_model(clusters: dict[int, Path]
 
 
 def test_a_stage_that_hangs_ends_the_run_by_timeout(clusters: dict[int, Path]) -> None:
-    from tests.executor_helpers import stalling_model
-
     from costmodel.capture import capture
+    from tests.executor_helpers import stalling_model
 
     model, args = stalling_model(4)
     graph = capture(model, args, name="stalling")
