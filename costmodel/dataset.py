@@ -62,7 +62,7 @@ def main_op(layer: Layer) -> str:
     The layer kind alone puts ReLU and GELU together, though GELU costs several times more.
 
     >>> main_op(Layer("x", "linear", "Linear", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
-    ...               activation_bytes=1, ops=["aten.view", "aten.addmm", "aten.view"]))
+    ...               activation_bytes=1, kernels=1, ops=["aten.view", "aten.addmm", "aten.view"]))
     'aten.addmm'
     """
     for op in layer.ops:

@@ -135,7 +135,7 @@ class Cluster:
 
     >>> c = load_cluster("local-cpu")
     >>> [d.id for d in c.devices], c.link("cpu1", "cpu0").latency
-    (['cpu0', 'cpu1'], 5e-05)
+    (['cpu0', 'cpu1'], 0.0005)
     >>> c.with_load("cpu0", Contention(corunners=1)) == c
     False
     """
