@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -50,6 +51,10 @@ class CostModel(ABC):
 
         ``load`` is the contention to assume; ``None`` means the device's current ``load``.
         """
+
+    def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
+        """:meth:`layer_time` of each of ``layers``; a model that predicts in batches overrides it."""
+        return [self.layer_time(layer, device, load) for layer in layers]
 
     def predict(self, layer: Layer, device: Device, contention: Contention | None = None) -> float:
         """Alias of :meth:`layer_time` with the name the design documents use."""

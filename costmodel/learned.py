@@ -176,17 +176,23 @@ class LearnedCostModel(CostModel):
         return {**layer_features(layer), "device_type": device_type, **figures, **contention_features(load)}
 
     def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
+        return self.layer_times([layer], device, load)[0]
+
+    def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
+        """Every layer in one batch: a whole graph costs one call of each estimator, not one per layer."""
         load = load if load is not None else device.load
+        if not layers:
+            return []
         if device.type in self.reference_devices:
-            return float(self.predict_rows([self._row(layer, device.type, self.reference_devices[device.type],
-                                                      load)])[0])
-        idle = RooflineModel().layer_time(layer, device, Contention())
+            figures = self.reference_devices[device.type]
+            return self.predict_rows([self._row(la, device.type, figures, load) for la in layers]).tolist()
+        idle = RooflineModel().layer_times(layers, device, Contention())
         if load.idle:
             return idle
         device_type, figures = next(iter(self.reference_devices.items()))
-        loaded, unloaded = self.predict_rows([self._row(layer, device_type, figures, load),
-                                              self._row(layer, device_type, figures, Contention())])
-        return idle * max(1.0, float(loaded / unloaded))
+        loaded = self.predict_rows([self._row(la, device_type, figures, load) for la in layers])
+        unloaded = self.predict_rows([self._row(la, device_type, figures, Contention()) for la in layers])
+        return [t * max(1.0, float(a / b)) for t, a, b in zip(idle, loaded, unloaded, strict=True)]
 
     # -- files --------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

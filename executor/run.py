@@ -51,8 +51,9 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
         model = load_cost_model(spec)
     except ValueError as exc:
         return None, None, [f"stage times not re-predicted under the run's load: {exc}"]
-    times = [sum(model.layer_time(graph[name], cluster.device(stage.device).with_load(loads[stage.device]))
-                 for name in stage.layers) for stage in plan.stages]
+    times = [sum(model.layer_times([graph[name] for name in stage.layers],
+                                   cluster.device(stage.device).with_load(loads[stage.device])))
+             for stage in plan.stages]
     return times, spec, []
 
 

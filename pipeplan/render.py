@@ -81,8 +81,8 @@ def device_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) ->
     # the whole model on one device: each distinct weight once (tied weights are shared)
     need = graph.total_param_bytes + sum(model.layer_memory(lay).activations for lay in graph.layers)
     for d in cluster.devices:
-        idle = sum(model.layer_time(lay, d, Contention()) for lay in graph.layers)
-        now = sum(model.layer_time(lay, d) for lay in graph.layers)
+        idle = sum(model.layer_times(graph.layers, d, Contention()))
+        now = sum(model.layer_times(graph.layers, d))
         bound = sum(1 for lay in graph.layers if lay.flops / d.peak_flops >=
                     (lay.bytes_read + lay.bytes_written) / d.mem_bandwidth and lay.flops > 0)
         table.add_row(d.id, d.type, d.load.describe(), format_seconds(idle), format_seconds(now),
@@ -98,8 +98,8 @@ def layer_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) -> 
     table.add_column("layer", footer="total", overflow="fold")
     totals = {d.id: 0.0 for d in cluster.devices}
     rows = []
-    for lay in graph.layers:
-        times = [model.layer_time(lay, d) for d in cluster.devices]
+    per_device = [model.layer_times(graph.layers, d) for d in cluster.devices]
+    for lay, times in zip(graph.layers, zip(*per_device, strict=True), strict=True):
         for d, t in zip(cluster.devices, times, strict=True):
             totals[d.id] += t
         rows.append([lay.name, *map(format_seconds, times)])

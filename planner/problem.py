@@ -89,10 +89,9 @@ class Problem:
             raise PlanError(f"max_devices is {self.options.max_devices} but cluster "
                             f"{self.cluster.name!r} has only {k} devices")
         layers = self.graph.layers
-        # time[v][d] in seconds, under each device's current load
-        self.time: list[list[float]] = [
-            [self.costmodel.layer_time(layer, dev) for dev in self.cluster.devices] for layer in layers
-        ]
+        # time[v][d] in seconds, under each device's current load (one batch per device)
+        per_device = [self.costmodel.layer_times(layers, dev) for dev in self.cluster.devices]
+        self.time: list[list[float]] = [list(row) for row in zip(*per_device, strict=True)]
         mem = [self.costmodel.layer_memory(layer) for layer in layers]
         self.param_bytes = [m.params for m in mem]
         self.act_bytes = [m.activations for m in mem]
