@@ -158,21 +158,26 @@ def _paired_run(plan: Plan, cluster: str, stages: list[Any], batches: int, warmu
     rebuilt = rebuild(plan)
     m = plan.options.microbatches
     total = 2 * (warmup + batches)
+    result: dict[str, Any] = _two_ranks("paired run", cluster, _paired_worker,
+                                        (pickle.dumps(stages), rebuilt.args, total, m, warmup))
+    return result
+
+
+def _two_ranks(what: str, cluster: str, target: Any, args: tuple[Any, ...]) -> Any:
+    """Run ``target(rank, port, cores, *args, queue)`` in two processes; rank 0's queued result."""
     spec = load_cluster(cluster)
     ctx = mp.get_context("forkserver")
     queue = ctx.SimpleQueue()
     port = free_port()
-    procs = [ctx.Process(target=_paired_worker, args=(rank, port, spec.device(f"cpu{rank}").cores,
-                                                      pickle.dumps(stages), rebuilt.args, total, m, warmup,
-                                                      queue))
+    procs = [ctx.Process(target=target, args=(rank, port, spec.device(f"cpu{rank}").cores, *args, queue))
              for rank in range(2)]
     for p in procs:
         p.start()
     for p in procs:
         p.join(timeout=600)
     if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"paired run failed: exit codes {[p.exitcode for p in procs]}")
-    result: dict[str, Any] = queue.get()
+        raise RuntimeError(f"{what} failed: exit codes {[p.exitcode for p in procs]}")
+    result = queue.get()
     queue.close()
     return result
 
@@ -180,21 +185,8 @@ def _paired_run(plan: Plan, cluster: str, stages: list[Any], batches: int, warmu
 def _hand_run(plan: Plan, cluster: str, payload: tuple[str, Any], batches: int, warmup: int) -> tuple[float, float]:
     rebuilt = rebuild(plan)
     m = plan.options.microbatches
-    spec = load_cluster(cluster)
-    ctx = mp.get_context("forkserver")
-    queue = ctx.SimpleQueue()
-    port = free_port()
-    procs = [ctx.Process(target=_hand_worker, args=(rank, port, spec.device(f"cpu{rank}").cores,
-                                                    pickle.dumps(payload), rebuilt.args, batches, m, warmup, queue))
-             for rank in range(2)]
-    for p in procs:
-        p.start()
-    for p in procs:
-        p.join(timeout=600)
-    if any(p.exitcode != 0 for p in procs):
-        raise RuntimeError(f"hand-written run failed: exit codes {[p.exitcode for p in procs]}")
-    wall, cpu = queue.get()
-    queue.close()
+    wall, cpu = _two_ranks("hand-written run", cluster, _hand_worker,
+                           (pickle.dumps(payload), rebuilt.args, batches, m, warmup))
     return float(wall), float(cpu)
 
 

@@ -14,11 +14,11 @@ from costmodel.base import CostModel
 from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device
 
-__all__ = ["RooflineModel"]
+__all__ = ["DEFAULT_OVERHEAD", "RooflineModel"]
 
 # Per-operator launch/dispatch overhead: a CUDA kernel launch through PyTorch's eager dispatcher
 # costs a few microseconds; on a CPU the dispatcher alone costs about as much.
-_DEFAULT_OVERHEAD = {"cpu": 3e-6, "gpu": 5e-6}
+DEFAULT_OVERHEAD = {"cpu": 3e-6, "gpu": 5e-6}
 
 
 class RooflineModel(CostModel):
@@ -52,7 +52,7 @@ class RooflineModel(CostModel):
         if self.overhead is not None:
             return self.overhead
         is_cpu = device.cores is not None or "cpu" in device.type.lower()
-        return _DEFAULT_OVERHEAD["cpu" if is_cpu else "gpu"]
+        return DEFAULT_OVERHEAD["cpu" if is_cpu else "gpu"]
 
     def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
         compute_taken, memory_taken = (load if load is not None else device.load).shares()

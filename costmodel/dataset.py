@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from costmodel.analytic import DEFAULT_OVERHEAD
 from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device
 
@@ -71,9 +72,6 @@ def main_op(layer: Layer) -> str:
     return layer.ops[0] if layer.ops else "none"
 
 
-_OVERHEAD_CPU, _OVERHEAD_GPU = 3e-6, 5e-6  # seconds per kernel, as in costmodel.analytic
-
-
 def _log(x: float) -> float:
     return math.log10(1.0 + max(0.0, float(x)))
 
@@ -112,7 +110,7 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     flops, moved = float(row["flops"]), float(row["bytes_read"]) + float(row["bytes_written"])
     # The idle roofline time with the per-kernel dispatch cost (as RooflineModel counts it): the learned
     # models predict how far the real time sits from it, which carries over to unseen sizes.
-    overhead = _OVERHEAD_CPU if "cpu" in str(row["device_type"]).lower() else _OVERHEAD_GPU
+    overhead = DEFAULT_OVERHEAD["cpu" if "cpu" in str(row["device_type"]).lower() else "gpu"]
     roofline = (max(flops / float(row["peak_flops"]), moved / float(row["mem_bandwidth"]))
                 + float(row["kernels"]) * overhead)
     out: dict[str, Any] = {name: row[name] for name in CATEGORICAL}
