@@ -28,8 +28,8 @@ __all__ = [
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
 CATEGORICAL = ("layer_kind", "main_op", "contention_kind")
 NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes", "log_intensity",
-           "log_batch", "kernels", "log_roofline_s", "corunners", "utilization", "compute_share",
-           "memory_share")
+           "log_batch", "kernels", "log_roofline_s", "input_rank", "log_last_dim", "log_outer_numel",
+           "log_min_dim", "corunners", "utilization", "compute_share", "memory_share")
 
 # Every column of the CSV, in order.
 COLUMNS = (
@@ -105,6 +105,21 @@ def contention_from_row(row: dict[str, Any]) -> Contention:
     return Contention(corunners=int(row["corunners"]), kind=row["contention_kind"])
 
 
+def _shape_features(input_shapes: str) -> dict[str, float]:
+    """The first input's shape, beyond its size: kernels run at different speeds on the same FLOPs
+    and bytes depending on the innermost (contiguous) dimension and the smallest one, e.g. a GEMM
+    with a 16-wide side or a convolution on 7×7 maps.
+
+    >>> {k: round(v, 2) for k, v in _shape_features("8x128x768;768x768").items()}
+    {'input_rank': 3.0, 'log_last_dim': 2.89, 'log_outer_numel': 3.01, 'log_min_dim': 0.95}
+    """
+    first = next((s for s in str(input_shapes).split(";") if s), "")
+    dims = [int(x) for x in first.split("x") if x] or [1]
+    outer = math.prod(dims[:-1])
+    return {"input_rank": float(len(dims)), "log_last_dim": _log(dims[-1]), "log_outer_numel": _log(outer),
+            "log_min_dim": _log(min(dims))}
+
+
 def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     """The model features of a row: categorical strings and numeric values, by name."""
     flops, moved = float(row["flops"]), float(row["bytes_read"]) + float(row["bytes_written"])
@@ -119,6 +134,7 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
         "log_bytes_written": _log(row["bytes_written"]), "log_param_bytes": _log(row["param_bytes"]),
         "log_intensity": math.log10((flops + 1.0) / (moved + 1.0)), "log_batch": _log(row["batch"]),
         "kernels": float(row["kernels"]), "log_roofline_s": math.log10(roofline + 1e-9),
+        **_shape_features(row["input_shapes"]),
         "corunners": float(row["corunners"]), "utilization": float(row["utilization"]),
         "compute_share": float(row["compute_share"]), "memory_share": float(row["memory_share"]),
     })
