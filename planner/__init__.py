@@ -4,12 +4,18 @@ Public surface::
 
     from planner import load_cluster, Problem, PlanOptions, solve, SolverOptions, BASELINES, evaluate
 
-``planner`` depends on ``costmodel`` and knows nothing of the executor or the service.
+``planner`` depends on ``costmodel`` and knows nothing of the executor or the service.  The ILP
+(``solve``, ``SolverOptions``) is imported on first use: OR-Tools takes most of a second to load,
+and the executor's stage processes read plans without ever solving one.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
 
 from planner.baselines import BASELINES, best_baseline
 from planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
-from planner.ilp import SolverOptions, solve
 from planner.plan import Certificate, Plan, Stage
 from planner.problem import PlanError, PlanOptions, Problem
 from planner.simulate import evaluate, make_plan, violation
@@ -19,3 +25,9 @@ __all__ = [
     "Problem", "SolverOptions", "Stage", "best_baseline", "builtin_clusters", "evaluate", "load_cluster",
     "make_plan", "solve", "violation",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name in ("solve", "SolverOptions"):
+        return getattr(importlib.import_module("planner.ilp"), name)
+    raise AttributeError(f"module 'planner' has no attribute {name!r}")
