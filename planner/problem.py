@@ -21,6 +21,7 @@ Memory of a device: the parameters of its layers, plus their output activations 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -103,6 +104,24 @@ class Problem:
                               default=0) for u in range(n)]
         self.capacity = [int(d.memory * (1.0 - self.options.memory_margin)) for d in self.cluster.devices]
         self._links = [[self.cluster.link(a, b) for b in self.devices] for a in self.devices]
+        self._check_numbers()
+
+    def _check_numbers(self) -> None:
+        """Refuse costs no planner can order or count: a time that is NaN, infinite or negative (a
+        device whose peak_flops or bandwidth is near zero), or sizes past what the ILP's int64 memory
+        constraints can hold."""
+        for v, row in enumerate(self.time):
+            for d, seconds in enumerate(row):
+                if not (math.isfinite(seconds) and seconds >= 0.0):
+                    raise PlanError(
+                        f"the cost model gives layer {self.layers[v]!r} a time of {seconds} s on device "
+                        f"{self.devices[d]!r}; check that device's peak_flops and mem_bandwidth")
+        kept = self.options.kept_microbatches
+        need = kept * (sum(self.act_bytes) + sum(self.param_bytes) + max(self.workspace, default=0))
+        for what, value in (("the model's memory", need), ("the cluster's memory", sum(self.capacity))):
+            if value >= _MAX_BYTES:
+                raise PlanError(f"{what} ({value} bytes) is past {_MAX_BYTES} bytes, more than any planner "
+                                "here can count; check the graph's sizes and the devices' memory")
 
     @property
     def n_layers(self) -> int:
@@ -168,6 +187,10 @@ class Problem:
                 raise PlanError(
                     f"layer {self.layers[v]!r} alone needs {_gib(need)}; the largest device "
                     f"{self.devices[d]!r} offers {_gib(self.capacity[d])}: {_gib(need - self.capacity[d])} short")
+
+
+# int64 with room for the ILP's sums of a few such terms.
+_MAX_BYTES = 2**60
 
 
 def _gib(n: float) -> str:
