@@ -102,7 +102,7 @@ def fit_estimators(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[st
     y = np.log10([float(r["time_s"]) for r in rows])
     over_roofline = y - x[:, _BASE]
     return {
-        "main": HistGradientBoostingRegressor(max_iter=800, learning_rate=0.05, max_depth=6, min_samples_leaf=3,
+        "main": HistGradientBoostingRegressor(max_iter=250, learning_rate=0.1, max_depth=6, min_samples_leaf=3,
                                               random_state=seed).fit(x, over_roofline),
         "linear": make_pipeline(StandardScaler(), Ridge(alpha=1.0)).fit(x, over_roofline),
         "tree": DecisionTreeRegressor(max_depth=8, min_samples_leaf=5, random_state=seed).fit(x, y),

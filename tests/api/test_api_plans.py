@@ -8,7 +8,7 @@ import httpx
 
 from api.schemas.jobs import JobPublic
 from api.schemas.plans import PlanPublic
-from tests.api.api_factories import chain_graph, plan_body
+from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import wait_job
 
 
@@ -52,7 +52,9 @@ def test_create_get_list_delete(client: httpx.Client) -> None:
 
 
 def test_slow_solve_answers_202_with_a_job(client: httpx.Client) -> None:
-    accepted = client.post("/v1/plans", json=plan_body(chain_graph(7, "async"), wait=0))
+    # A solve that takes its whole second: with wait=0 an instant one could still race the answer.
+    body = plan_body(wide_graph(name="async"), "8gpu-2hosts", wait=0, solver={"time_limit": 1})
+    accepted = client.post("/v1/plans", json=body)
     assert accepted.status_code == 202, accepted.text
     job = accepted.json()
     assert accepted.headers["location"] == job["url"] and job["kind"] == "plan"
@@ -63,7 +65,7 @@ def test_slow_solve_answers_202_with_a_job(client: httpx.Client) -> None:
     plan = client.get(done["plan_url"]).json()
     assert plan["model"] == "async"
     # The same request now has a stored answer.
-    assert client.post("/v1/plans", json=plan_body(chain_graph(7, "async"), wait=0)).json()["id"] == plan["id"]
+    assert client.post("/v1/plans", json=body).json()["id"] == plan["id"]
 
 
 def test_compare_puts_the_ilp_beside_the_baselines(client: httpx.Client) -> None:

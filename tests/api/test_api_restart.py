@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.api.api_factories import chain_graph, cluster_spec, dag_graph, plan_body
+from tests.api.api_factories import chain_graph, cluster_spec, plan_body, wide_graph
 from tests.api.api_server import create_token, start_server, wait_job
 
 
@@ -23,7 +23,7 @@ def test_restart_keeps_what_was_stored(database_url: str, tmp_path: Path) -> Non
             done = wait_job(c, job["url"])
             plan = c.get(done["plan_url"]).json()
             assert plan["reserved"]
-            cut = c.post("/v1/plans", json=plan_body(dag_graph(120, name="cut"), "8gpu-2hosts", wait=0,
+            cut = c.post("/v1/plans", json=plan_body(wide_graph(name="cut"), "8gpu-2hosts", wait=0,
                                                      solver={"time_limit": 30})).json()
             assert wait_job(c, cut["url"], until=("running",))["status"] == "running"
     finally:

@@ -7,14 +7,14 @@ import signal
 
 import httpx
 
-from tests.api.api_factories import chain_graph, dag_graph, plan_body
+from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import Server, wait_job
 
 
 def test_full_queue_503_and_a_dead_worker_fails_only_its_job(client: httpx.Client, server: Server) -> None:
     # Two workers and two queue slots (SERVER_SETTINGS): two hard solves keep both workers busy, two
     # easy ones wait, and a fifth request is refused.
-    bodies = [plan_body(dag_graph(120, seed=seed, name=f"hard-{seed}"), "8gpu-2hosts", wait=0,
+    bodies = [plan_body(wide_graph(seed=seed, name=f"hard-{seed}"), "8gpu-2hosts", wait=0,
                         solver={"time_limit": 3, "seed": seed}) for seed in range(2)]
     bodies += [plan_body(chain_graph(5, f"easy-{n}"), wait=0) for n in range(3)]
     jobs = []
