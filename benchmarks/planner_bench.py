@@ -9,12 +9,13 @@ each with one compute-bound co-runner on ``gpu2``.
 Prints a table; not a test.  Run: ``.venv/bin/python benchmarks/planner_bench.py [--quick]``
 (the full run, 60 cases, takes about 7 minutes on 2 cores; ``--quick`` about 30 seconds).
 
-``time s`` is the wall time of :func:`planner.ilp.solve`: model building, the baselines of the warm
-start and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of which ``presolve s`` passed before the search
-began ("-": the time limit struck during presolve).  ``sol s`` is when CP-SAT found its last
-improving solution ("hint": none but the warm start), read from its search log: with the gap it
-shows whether the time goes into finding the plan or into closing the bound.  ``gap`` is
-recomputed from the certificate's objective and best bound.
+``time s`` is the wall time of :func:`planner.ilp.solve`: the baselines of the warm start, the stage
+program of :mod:`planner.ilp_bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
+which ``presolve s`` passed before the search began ("-": CP-SAT did not run because the stage
+program's bound already proved the plan, or the time limit struck during presolve).  ``sol s`` is
+when CP-SAT found its last improving solution ("hint": none but its hint), read from its search
+log: with the gap it shows whether the time goes into finding the plan or into closing the bound.
+``gap`` is recomputed from the certificate's objective and best bound.
 """
 
 from __future__ import annotations
@@ -217,6 +218,8 @@ class Result:
     gap: float = math.nan  # (objective − best bound) / objective, from the certificate's numbers
     ilp: float = math.nan
     from_warm_start: bool = False
+    from_program: bool = False  # the plan is the stage program's (planner.ilp_bound)
+    cp_sat_run: bool = True  # False: the stage program's bound proved the plan, CP-SAT never ran
     best_name: str = "-"
     best: float = math.nan
     lower_bound: float = math.nan
@@ -263,7 +266,10 @@ def run_case(name: str, graph: ModelGraph, cluster: Cluster, comm: CommMode, opt
     # it stops at the gap limit; recompute it from the objective and the best bound.
     bound = cert.best_bound if cert.best_bound is not None else 0.0
     result.gap = max(0.0, (cert.objective - bound) / cert.objective) if cert.objective > 0 else 0.0
-    result.from_warm_start = "solution" in cert.details
+    source = str(cert.details.get("solution", ""))
+    result.from_warm_start = source.startswith("warm start")
+    result.from_program = source.startswith("stage program")
+    result.cp_sat_run = not str(cert.details.get("solver_status", "")).startswith("not run")
     result.last_solution = trace.last_solution
     result.presolve = trace.search_start
     result.cp_sat = trace.walltime
@@ -299,8 +305,9 @@ def row(r: Result) -> list[str]:
     if r.error is not None:
         return [*head, "ERROR", _secs(r.seconds), "-", "-", "-", "-", "-", r.best_name, _ms(r.best), "-", "-", "-",
                 r.error[:60]]
-    ilp = _ms(r.ilp) + ("*" if r.from_warm_start else "")
-    return [*head, r.status, _secs(r.seconds), _secs(r.cp_sat), _secs(r.presolve), _secs(r.last_solution, "hint"),
+    ilp = _ms(r.ilp) + ("*" if r.from_warm_start else "†" if r.from_program else "")
+    solution = _secs(r.last_solution, "hint") if r.cp_sat_run else "-"
+    return [*head, r.status, _secs(r.seconds), _secs(r.cp_sat), _secs(r.presolve), solution,
             f"{100 * r.gap:.2f}", ilp, r.best_name, _ms(r.best), _ratio(r.best, r.ilp),
             _ratio(r.ilp, r.lower_bound), _yes(r.beats_all), _yes(r.met)]
 
@@ -317,7 +324,10 @@ def summary(results: list[Result]) -> list[str]:
         f"/{len(results)}",
         f"ILP ≤ every baseline: {sum(bool(r.beats_all) for r in ok)}/{len(results)}; "
         f"ILP strictly better than the best baseline (> 0.1%): {sum(r.best > r.ilp * 1.001 for r in ok)}"
-        f"/{len(results)}; ILP plan is the warm start (*): {sum(r.from_warm_start for r in ok)}",
+        f"/{len(results)}; ILP plan is the warm start (*): {sum(r.from_warm_start for r in ok)}, "
+        f"the stage program's (†): {sum(r.from_program for r in ok)}",
+        f"proven by the stage program's bound alone, CP-SAT not run: {sum(not r.cp_sat_run for r in ok)}"
+        f"/{len(results)}",
     ]
     if len(ok) < len(results):
         lines.append(f"errors: {len(results) - len(ok)}")
@@ -363,7 +373,8 @@ def main() -> None:
                 console.print(f"[dim]{case.name} on {cluster_name}, {comm}: {result.status} "
                               f"{result.seconds:.2f}s gap {100 * result.gap:.2f}%[/dim]")
     console.print(table)
-    console.print("* the ILP returned its warm start (the best baseline): CP-SAT found nothing better in time")
+    console.print("* the ILP returned its warm start (the best baseline), † the stage program's plan: "
+                  "CP-SAT found nothing better in time, or was not needed")
     for line in summary(results):
         console.print(line)
     if args.markdown:

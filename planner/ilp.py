@@ -1,60 +1,57 @@
 """Optimal pipeline partitioning of a layer DAG over heterogeneous, contended devices (CP-SAT).
 
-Model (n layers, K devices; every cost from :class:`planner.problem.Problem`):
+A solve has three steps; none changes what the optimum is:
 
-- ``x[v,d]`` — layer v runs on device d; each layer on exactly one device.
-- ``pos[d]`` — device d's place in the pipeline, all different; ``P[v] = pos[d]`` when ``x[v,d]``.
-  Every edge (u, v) has ``P[u] ≤ P[v]``.  So each stage is a convex set of layers and the stages form
-  a pipeline in ``pos`` order.  Any acyclic stage graph can be listed in such an order, so nothing is
-  lost by this.  The solver chooses the order, because links differ; it may leave devices empty.
-- ``y[u,a,b] ≥ x[u,a] + x[v,b] − 1`` for each consumer v of u, a ≠ b.  Layer u's output crosses
-  from a to b once, however many layers on b read it.  It costs ``transfer(u, a, b)`` = latency +
-  bytes / bandwidth, to a's send time and to b's receive time.
-- The stage time ``T[d]`` is ``max(compute, recv, send)`` when ``comm="overlap"`` and their sum when
-  ``comm="serial"``.  Memory is parameters + activations × microbatches in flight + the largest
-  workspace, and it must stay under the device's capacity.
-- The objective is either the bottleneck ``B ≥ T[d]`` (throughput), or the latency
-  ``Σ T[d] + (M − 1)·B`` subject to ``B ≤ batch / min_throughput`` (latency).
+1. **Warm start**: the best baseline (:func:`planner.baselines.best_baseline`).
+2. **Stage program** (:mod:`planner.ilp_bound`): a dynamic program over the graph's ideals (the
+   sets of layers on the first i stages of a plan) gives a lower bound on the bottleneck that no
+   plan beats, and plans near it.  It runs in rounds, cheap ones first (plain link charges, then
+   link groups such as hosts, then an assumed bottleneck), and stops as soon as the best plan
+   known is within ``gap_limit`` of the bound (equal to it in ticks when the limit is 0): that
+   plan is then proven, and returned without CP-SAT.  It gets at most ``_PROGRAM_SHARE`` of the
+   time limit; for the latency objective it only bounds the bottleneck and offers plans.
+3. **CP-SAT** on the model of :mod:`planner.ilp_model` (assignment booleans, a device permutation,
+   crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
+   known as a complete hint.
 
-Strengthening: the bound ``B ≥ max_v min_d time[v,d]`` and ``K·B ≥ Σ_d compute[d]``.  Devices
-that are interchangeable (same speed column, capacity and links) are kept in a fixed order, which
-breaks symmetry.  The solver is warm-started from the best baseline.  Seconds are scaled to
-integer ticks, about 10⁻⁷ of the largest possible stage time.
-
-Size: n·K assignment booleans, plus one y for each (layer with consumers) × K·(K−1).  Every
-solve reports status, objective, best bound, gap and time; it never assumes OPTIMAL.
+Seconds are scaled to integer ticks, about 10⁻⁷ of the largest possible stage time
+(:class:`planner.ilp_ticks.Ticks`); the bound, the model and the scoring of warm starts share them.
+Every solve reports status, objective, best bound, gap and time; it never assumes OPTIMAL.
 """
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import os
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
 from planner.baselines import best_baseline
+from planner.ilp_bound import StageBound, StageProgram
+from planner.ilp_model import build_model
+from planner.ilp_ticks import Ticks
 from planner.plan import Certificate, Plan, relative_gap
 from planner.problem import PlanError, Problem
-from planner.simulate import make_plan
+from planner.simulate import evaluate, make_plan
 
 __all__ = ["SolverOptions", "solve"]
 
 log = logging.getLogger(__name__)
 
-_RESOLUTION = 1e7  # integer ticks across the largest possible stage time
+_PROGRAM_SHARE = 0.3  # of the time limit, at most, for the stage program before CP-SAT
 
 
 @dataclass(frozen=True)
 class SolverOptions:
-    time_limit: float = 10.0  # seconds
+    time_limit: float = 10.0  # seconds for the whole solve (CP-SAT gets what the steps before it leave)
     workers: int | None = None  # None → this machine's CPU count
     seed: int = 0
     gap_limit: float = 0.0  # stop when (objective − bound) / objective ≤ this
-    warm_start: bool = True
+    warm_start: bool = True  # start from the best baseline (the stage program's plan is always used)
 
 
 def _interchangeable(problem: Problem) -> list[list[int]]:
@@ -77,190 +74,153 @@ def _interchangeable(problem: Problem) -> list[list[int]]:
     return classes
 
 
+def _devices(problem: Problem, plan: Plan) -> tuple[list[int], list[int]]:
+    """A plan's layer → device index, and its used devices in pipeline order."""
+    index = {d: i for i, d in enumerate(problem.devices)}
+    owner = plan.assignment()
+    return [index[owner[name]] for name in problem.layers], [index[d] for d in plan.device_order()]
+
+
+def _program_plan(problem: Problem, found: StageBound) -> Plan | None:
+    """The stage program's chain as a plan, scored by the simulator; None when it breaks memory
+    (the program drops the workspace term) or the latency objective's throughput floor."""
+    order = [problem.devices[d] for d in found.order]
+    ev = evaluate(problem, found.dev_of, order)
+    if ev.violation is not None or ev.bottleneck > problem.max_bottleneck:
+        return None
+    return make_plan(problem, found.dev_of, Certificate("ilp", "FEASIBLE", 0.0), order=order)
+
+
 def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
-    """The best plan CP-SAT finds within the time limit, with its certificate.
+    """The best plan found within the time limit, with its certificate.
 
     Raises :class:`PlanError` when no plan fits (naming the shortfall) or none was found in time.
     """
     opts = options or SolverOptions()
     problem.check_fits()
     started = time.perf_counter()
-    n, k = problem.n_layers, problem.n_devices
-    serial = problem.options.comm == "serial"
-    latency_objective = problem.options.objective == "latency"
-
-    worst = sum(max(row) for row in problem.time) + sum(
-        max((problem.transfer(u, a, b) for a in range(k) for b in range(k)), default=0.0)
-        for u in range(n) if problem.succ[u]) * (2 if serial else 1)
-    scale = _RESOLUTION / worst if worst > 0 else 1.0
-
-    def ticks(seconds: float) -> int:
-        return round(seconds * scale)
-
-    # -- model and variables ----------------------------------------------------------------
-    model = cp_model.CpModel()
-    x = [[model.new_bool_var(f"x[{v},{d}]") for d in range(k)] for v in range(n)]
-    pos = [model.new_int_var(0, k - 1, f"pos[{d}]") for d in range(k)]
-    place = [model.new_int_var(0, k - 1, f"P[{v}]") for v in range(n)]
-    horizon = sum(ticks(max(row)) for row in problem.time) + ticks(worst) + 1
-    compute = [model.new_int_var(0, horizon, f"C[{d}]") for d in range(k)]
-    recv = [model.new_int_var(0, horizon, f"R[{d}]") for d in range(k)]
-    send = [model.new_int_var(0, horizon, f"S[{d}]") for d in range(k)]
-    stage = [model.new_int_var(0, 3 * horizon, f"T[{d}]") for d in range(k)]
-    bottleneck = model.new_int_var(0, 3 * horizon, "B")
-
-    # -- constraints: assignment, pipeline order, convexity ---------------------------------
-    for v in range(n):
-        model.add_exactly_one(x[v])
-        for d in range(k):
-            model.add(place[v] == pos[d]).only_enforce_if(x[v][d])
-    model.add_all_different(pos)
-    for u, v in problem.edges:
-        model.add(place[u] <= place[v])
+    throughput = problem.options.objective == "throughput"
+    costs = Ticks.of(problem)
     classes = _interchangeable(problem)
-    for cls in classes:
-        for a, b in itertools.pairwise(cls):
-            model.add(pos[a] < pos[b])
-    if problem.options.max_devices is not None:
-        used = [model.new_bool_var(f"used[{d}]") for d in range(k)]
-        for d in range(k):
-            for v in range(n):
-                model.add_implication(x[v][d], used[d])
-        model.add(sum(used) <= problem.options.max_devices)
 
-    # -- constraints: compute, communication, memory ----------------------------------------
-    send_terms: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(k)]
-    recv_terms: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(k)]
-    crossings: dict[tuple[int, int, int], cp_model.IntVar] = {}
-    for u in range(n):
-        if not problem.succ[u] or problem.out_bytes[u] == 0:
-            continue
-        for a in range(k):
-            for b in range(k):
-                if a == b:
-                    continue
-                cost = ticks(problem.transfer(u, a, b))
-                if cost == 0:
-                    continue
-                y = crossings[u, a, b] = model.new_bool_var(f"y[{u},{a},{b}]")
-                for v in problem.succ[u]:
-                    model.add_bool_or([x[u][a].Not(), x[v][b].Not(), y])
-                send_terms[a].append((cost, y))
-                recv_terms[b].append((cost, y))
-    kept = problem.options.kept_microbatches
-    for d in range(k):
-        model.add(compute[d] == sum(ticks(problem.time[v][d]) * x[v][d] for v in range(n)))
-        model.add(send[d] >= sum(c * y for c, y in send_terms[d]))
-        model.add(recv[d] >= sum(c * y for c, y in recv_terms[d]))
-        if serial:
-            model.add(stage[d] >= compute[d] + recv[d] + send[d])
-        else:
-            model.add(stage[d] >= compute[d])
-            model.add(stage[d] >= recv[d])
-            model.add(stage[d] >= send[d])
-        model.add(bottleneck >= stage[d])
-        workspace = model.new_int_var(0, max(problem.workspace, default=0), f"W[{d}]")
-        for v in range(n):
-            if problem.workspace[v]:
-                model.add(workspace >= problem.workspace[v]).only_enforce_if(x[v][d])
-        model.add(sum((problem.param_bytes[v] + kept * problem.act_bytes[v]) * x[v][d] for v in range(n))
-                  + workspace <= problem.capacity[d])
-    # redundant cuts that tighten the relaxation
-    model.add(bottleneck >= max(min(ticks(t) for t in row) for row in problem.time))
-    model.add((problem.options.max_devices or k) * bottleneck >= sum(compute))
-
-    # -- objective ----------------------------------------------------------------------------
-    if latency_objective:
-        if problem.max_bottleneck < math.inf:
-            # A floor so low that it can never bind would overflow CP-SAT's int64 constants.
-            model.add(bottleneck <= min(3 * horizon, math.floor(problem.max_bottleneck * scale)))
-        model.minimize(sum(stage) + (problem.options.microbatches - 1) * bottleneck)
-    else:
-        model.minimize(bottleneck)
-
-    # -- warm start -----------------------------------------------------------------------------
+    # -- the best plan known before CP-SAT, and the stage program's bound ----------------------------
     baseline: Plan | None = None
     if opts.warm_start:
         try:
             baseline = best_baseline(problem)
         except PlanError as exc:
             log.info("no baseline fits, solving cold: %s", exc)
-    if baseline is not None:
-        _hint(model, problem, baseline, classes, x, pos, place, crossings)
+    incumbent = baseline
+    details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
+                               "time_limit": opts.time_limit, "tick_seconds": 1.0 / costs.scale,
+                               "warm_start": baseline.method if baseline is not None else None}
+    upper = costs.bottleneck(problem, _devices(problem, baseline)[0]) if baseline is not None else None
+    # The program may take part of the time: a run that would pass its share is abandoned.
+    deadline = started + _PROGRAM_SHARE * opts.time_limit
+    program = StageProgram.of(problem, costs, classes, upper, deadline)
+    lower = 0
 
-    # -- solve ----------------------------------------------------------------------------------
+    def gap_closed(plan: Plan | None) -> bool:
+        """Whether ``plan`` is within the gap limit of the bound, by CP-SAT's own test on the ticks."""
+        if not throughput or program is None or plan is None:
+            return False
+        reached = costs.bottleneck(problem, _devices(problem, plan)[0])
+        return reached - lower <= opts.gap_limit * max(1, reached)
+
+    if program is not None:
+        details.update(ideals=program.ideals, stage_pairs=program.pairs)
+        refine = len(set(program.group_of)) > 1  # links differ between groups of devices (hosts)
+        # (pessimistic, refined, spread, likely): cheap bounds and plans first, then finer ones
+        schedule = [(False, False, False, False), (True, False, False, False)]
+        if refine and throughput:
+            schedule += [(False, True, False, False), (True, True, False, False), (False, True, False, True)]
+        if throughput:
+            schedule.append((False, refine, True, False))
+        for pessimistic, refined, spreading, likely in schedule:
+            if gap_closed(incumbent):
+                break
+            spread = None
+            if spreading:  # rule out every plan within the gap limit of the best one known (see run())
+                if incumbent is None:
+                    continue
+                reached = costs.bottleneck(problem, _devices(problem, incumbent)[0])
+                spread = math.ceil(reached * (1 - opts.gap_limit)) - 1
+            found = program.run(pessimistic, refined, spread, deadline, likely)
+            if found is None:
+                break
+            if not pessimistic and not likely:
+                lower = max(lower, found.bound if spread is None else min(found.bound, spread + 1))
+            candidate = _program_plan(problem, found) if found.dev_of else None
+            if candidate is not None and (incumbent is None
+                                          or candidate.objective_value < incumbent.objective_value * (1 - 1e-9)):
+                incumbent = candidate
+        details["stage_bound"] = lower / costs.scale
+    log.info("stage program: bound %s ticks (%s ideals, %s stages) after %.2fs", lower,
+             program.ideals if program else "too many", program.pairs if program else "-",
+             time.perf_counter() - started)
+
+    def finish(plan: Plan, status: str, bound: float, source: str | None) -> Plan:
+        """``plan`` with the certificate of this solve (``source``: where a plan CP-SAT did not find
+        came from)."""
+        objective = plan.objective_value
+        if throughput:
+            bound = max(bound, lower / costs.scale)
+        bound = min(max(bound, problem.objective_lower_bound()), objective)
+        info = dict(details)
+        if source is not None:
+            info["solution"] = source
+        plan.certificate = Certificate("ilp", status, objective, bound, relative_gap(objective, bound),
+                                       time.perf_counter() - started, info)
+        return plan
+
+    def origin(plan: Plan) -> str:
+        return f"warm start ({plan.method})" if plan is baseline else "stage program"
+
+    # -- proven before CP-SAT? -------------------------------------------------------------------------
+    if incumbent is not None and gap_closed(incumbent):
+        details["solver_status"] = "not run: the stage program's bound proves the plan"
+        return finish(incumbent, "OPTIMAL", lower / costs.scale, origin(incumbent))
+
+    # -- CP-SAT ------------------------------------------------------------------------------------------
+    upper = costs.bottleneck(problem, _devices(problem, incumbent)[0]) if incumbent is not None else None
+    built = build_model(problem, costs, classes, lower, upper)
+    if incumbent is not None:
+        built.hint(problem, costs, classes, *_devices(problem, incumbent))
     solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = opts.time_limit
-    solver.parameters.num_workers = opts.workers or os.cpu_count() or 1
+    spent = time.perf_counter() - started
+    solver.parameters.max_time_in_seconds = max(opts.time_limit - spent, 0.1 * opts.time_limit)
+    solver.parameters.num_workers = details["workers"]
     solver.parameters.random_seed = opts.seed
     solver.parameters.relative_gap_limit = opts.gap_limit
-    status = solver.solve(model)
-    elapsed = time.perf_counter() - started
+    status = solver.solve(built.model)
     name = solver.status_name(status)
-    log.info("CP-SAT %s in %.2fs: objective %s, bound %s", name, elapsed, solver.objective_value,
+    log.info("CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
              solver.best_objective_bound)
+    details.update(solver_status=name, variables=len(built.model.proto.variables),
+                   constraints=len(built.model.proto.constraints), cp_sat_seconds=solver.wall_time)
 
-    # -- read the status --------------------------------------------------------------------------
+    # -- read the status -----------------------------------------------------------------------------------
     if status == cp_model.INFEASIBLE:
         raise PlanError(f"no plan of {problem.graph.model} fits on {problem.cluster.name!r}: every split "
                         "breaks a device's memory capacity (or max_devices); add devices or memory, or "
                         "lower the microbatches in flight")
-    bound = solver.best_objective_bound / scale if status in (cp_model.OPTIMAL, cp_model.FEASIBLE) else 0.0
-    bound = max(bound, problem.objective_lower_bound())
-    details = {"solver_status": name, "workers": solver.parameters.num_workers, "seed": opts.seed,
-               "time_limit": opts.time_limit, "variables": len(model.proto.variables),
-               "constraints": len(model.proto.constraints),
-               "warm_start": baseline.method if baseline is not None else None, "tick_seconds": 1.0 / scale}
+    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    bound = solver.best_objective_bound / costs.scale if solved else 0.0
     plan: Plan | None = None
-    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-        assignment = [next(d for d in range(k) if solver.boolean_value(x[v][d])) for v in range(n)]
-        used_devices = sorted(set(assignment), key=lambda d: solver.value(pos[d]))
-        objective = solver.objective_value / scale
-        # With a gap limit CP-SAT reports OPTIMAL once within it: the gap is what the bound says.
-        certificate = Certificate("ilp", name, objective, min(bound, objective),
-                                  relative_gap(objective, bound), elapsed, details)
-        plan = make_plan(problem, assignment, certificate, order=[problem.devices[d] for d in used_devices])
-    # The solver works on rounded ticks and may stop before it improves on its warm start: never hand
-    # back something worse than the best baseline, but say where the plan came from.
-    if baseline is not None and (plan is None or baseline.objective_value < plan.objective_value * (1 - 1e-9)):
-        objective = baseline.objective_value
-        details["solution"] = f"warm start ({baseline.method}); the solver found nothing better in time"
-        proven = status == cp_model.OPTIMAL
-        baseline.certificate = Certificate("ilp", "OPTIMAL" if proven else "FEASIBLE", objective,
-                                           min(bound, objective), relative_gap(objective, bound), elapsed,
-                                           details)
-        return baseline
+    if solved:
+        k = problem.n_devices
+        assignment = [next(d for d in range(k) if solver.boolean_value(built.x[v][d]))
+                      for v in range(problem.n_layers)]
+        used_devices = sorted(set(assignment), key=lambda d: solver.value(built.pos[d]))
+        plan = make_plan(problem, assignment, Certificate("ilp", name, 0.0),
+                         order=[problem.devices[d] for d in used_devices])
+    # CP-SAT works on rounded ticks and may stop before it improves on its hint: never hand back
+    # something worse than the best plan known before it, but say where the plan came from.
+    if incumbent is not None and (plan is None or incumbent.objective_value < plan.objective_value * (1 - 1e-9)):
+        return finish(incumbent, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE", bound,
+                      origin(incumbent) + "; CP-SAT found nothing better in time")
     if plan is None:
         raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
                         "raise the time limit")
-    return plan
-
-
-
-
-def _hint(model: cp_model.CpModel, problem: Problem, plan: Plan, classes: list[list[int]],
-          x: list[list[cp_model.IntVar]], pos: list[cp_model.IntVar], place: list[cp_model.IntVar],
-          crossings: dict[tuple[int, int, int], cp_model.IntVar]) -> None:
-    """Hint ``plan``, relabelled within each class of interchangeable devices so that it obeys the
-    symmetry-breaking order (the relabelled plan costs exactly the same)."""
-    k = problem.n_devices
-    dev_index = {d: i for i, d in enumerate(problem.devices)}
-    order = [dev_index[d] for d in plan.device_order()]
-    order += [d for d in range(k) if d not in order]
-    position = {d: p for p, d in enumerate(order)}
-    relabel: dict[int, int] = {}
-    for cls in classes:
-        for target, source in zip(cls, sorted(cls, key=lambda d: position[d]), strict=True):
-            relabel[source] = target
-    owner = plan.assignment()
-    dev_of = [relabel[dev_index[owner[name]]] for name in problem.layers]
-    slot = {relabel[d]: position[d] for d in range(k)}
-    for v, hinted in enumerate(dev_of):
-        for d in range(k):
-            model.add_hint(x[v][d], hinted == d)
-        model.add_hint(place[v], slot[hinted])
-    for d in range(k):
-        model.add_hint(pos[d], slot[d])
-    # A complete hint: CP-SAT otherwise has to rebuild the crossings of the warm start itself.
-    for (u, a, b), y in crossings.items():
-        model.add_hint(y, dev_of[u] == a and any(dev_of[v] == b for v in problem.succ[u]))
+    # With a gap limit CP-SAT reports OPTIMAL once within it: the gap is what the bound says.
+    return finish(plan, name, bound, None)

@@ -1,0 +1,238 @@
+"""A lower bound on the bottleneck, and plans near it: a dynamic program over chains of ideals.
+
+Any plan, read in pipeline order, is a chain of ideals ∅ = S_0 ⊂ … ⊂ S_m = V, stage i holding
+S_i \\ S_(i−1) on a device of its own (:mod:`planner.ilp_ideals`).  The program walks every such
+chain, stage by stage, in a state that holds the devices used so far per class of interchangeable
+devices (same speed column, capacity and links) and, when ``refined``, the link group of the stage
+just before, the group promised to the next stage and the group holding the broadcast layer with
+the number of stages still to receive it.  It charges each stage as :mod:`planner.ilp_charges`
+says: at most what the CP-SAT model charges that stage in any plan that fits the state.
+
+Why the value bounds the model's optimum from below: take an optimal plan; its chain is one the
+program walks (stages that cost more than ``upper``, a known plan's bottleneck, are skipped, and
+the optimal plan has none), each of its stages is charged at most its cost in the model, so the
+least bottleneck over chains is at most the plan's.  Layers with no edges are left out, which only
+lowers the charges; they join the chain's stages afterwards.  With no chain at most ``upper`` the
+value is ``upper``.
+
+``pessimistic`` charges the most instead, so the chain found is a real plan that costs at most the
+value (layers with no edges aside): an upper bound, often meeting the lower one.  ``spread``
+assumes a bottleneck at most θ and so bounds only such plans: the bound is ``min(value, θ + 1)``.
+
+The recursion over pairs of ideals is that of Tarnawski et al., "Efficient algorithms for device
+placement of DNN graph operators" (NeurIPS 2020), here with device classes and link-aware charges.
+Time O(P·s) in numpy for P candidate stages and s moves between states.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.ilp_charges import INF as _INF
+from planner.ilp_charges import Charges
+from planner.ilp_ideals import Stages, candidate_stages
+from planner.ilp_ticks import Ticks
+from planner.problem import Problem
+
+__all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
+
+MAX_STATES = 4096
+
+# (devices used per class, group of the last stage, group promised next, group holding the broadcast
+# layer, stages that have still to receive it)
+State = tuple[tuple[int, ...], int, int, int, int]
+Move = tuple[State, int, tuple[object, ...]]  # (state before, class of the stage, key of its costs)
+
+
+@dataclass
+class StageBound:
+    """The program's value in ticks and a chain reaching it: ``dev_of`` (layer → device index) and
+    ``order`` (used devices in pipeline order), empty when no chain costs at most ``upper`` (the
+    value is then ``upper``)."""
+
+    bound: int
+    dev_of: list[int] = field(default_factory=list)
+    order: list[int] = field(default_factory=list)
+
+
+class StageProgram:
+    """Candidate stages of one problem, ready for :meth:`run`; :meth:`of` builds it, or returns None
+    when the problem is too large."""
+
+    def __init__(self, problem: Problem, costs: Ticks, classes: list[list[int]], stages: Stages, limit: int) -> None:
+        self.problem, self.costs, self.classes, self.stages, self.limit = problem, costs, classes, stages, limit
+        self.sizes = [len(c) for c in classes]
+        self.max_devices = problem.options.max_devices or problem.n_devices
+        self.serial = problem.options.comm == "serial"
+        self.charges = Charges(problem, costs, classes, stages, limit)
+        self.group_of = self.charges.group_of
+        self.broadcast = self.charges.broadcast
+
+    @classmethod
+    def of(cls, problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
+           deadline: float | None = None) -> StageProgram | None:
+        if math.prod(len(c) + 1 for c in classes) * (len(classes) + 1) ** 2 > MAX_STATES:
+            return None
+        limit = _INF if upper is None else upper
+        stages = candidate_stages(problem, costs, classes, limit, deadline)
+        return None if stages is None else cls(problem, costs, classes, stages, limit)
+
+    @property
+    def ideals(self) -> int:
+        return self.stages.ideals
+
+    @property
+    def pairs(self) -> int:
+        return self.stages.pairs
+
+    # -- the program ------------------------------------------------------------------------------------
+
+    def _moves(self, state: State, mode: str, refined: bool,
+               spread: int | None) -> list[tuple[int, State, tuple[object, ...]]]:
+        """(class, state after, cost key) for each stage that can follow ``state``."""
+        counts, last, promised, holder, owed = state
+        used = frozenset(c for c, z in enumerate(counts) if z)
+        out: list[tuple[int, State, tuple[object, ...]]] = []
+        for c, z in enumerate(counts):
+            if z >= self.sizes[c] or sum(counts) >= self.max_devices or not len(self.stages.per_class[c].src):
+                continue
+            if refined and self.group_of[c] != promised:
+                continue
+            after = (*counts[:c], z + 1, *counts[c + 1:])
+            room = min(self.max_devices, sum(self.sizes)) - sum(after)
+            full_left = tuple(min(self.sizes[x] - y, room) if room > 0 else 0 for x, y in enumerate(after))
+            if mode == "high" or spread is not None:
+                left, some_room = full_left, room
+            else:  # only whether a device is left matters: fewer distinct costs
+                left, some_room = tuple(min(y, 1) for y in full_left), min(room, 1)
+            if not refined:
+                out.append((c, (after, 0, 0, -1, -1),
+                            (mode, False, -1, -1, used, left, some_room, spread, "all", -1, -1)))
+                continue
+            # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
+            parts = [("all", -1, -1, -1)]
+            if self.broadcast is not None and holder < 0:  # this stage comes before the layer, or holds it
+                sends = [(d, d) for d in range(room + 1)] if self.charges.count_sends else [(-2, -1)]
+                parts = [("before", -1, -1, -1)] + [("holds", self.group_of[c], o, d) for o, d in sends]
+            elif self.broadcast is not None:
+                parts = [("after", holder, owed, -1)] + ([("reads", holder, owed - 1, -1)] if owed > 0 else [])
+                if owed == -2:  # its sends are not counted
+                    parts = [("after", holder, owed, -1), ("reads", holder, owed, -1)]
+            for nxt in [*sorted({self.group_of[x] for x, y in enumerate(left) if y}), -1]:  # -1: the last stage
+                for part, held, still, copies in parts:
+                    exact = part == "holds"
+                    out.append((c, (after, self.group_of[c], nxt, held, still),
+                                (mode, True, last, nxt, used, full_left if exact else left,
+                                 room if exact else some_room, spread, part, held, copies)))
+        return out
+
+    def run(self, pessimistic: bool = False, refined: bool = False, spread: int | None = None,
+            deadline: float | None = None, likely: bool = False) -> StageBound | None:
+        """The least bottleneck over chains under the lowest (or highest) charges, with a chain.
+
+        ``spread`` θ: assume a plan whose bottleneck is at most θ, so that no stage computes more
+        than θ: then a layer whose consumers lie far apart must be sent to at least as many stages
+        as it takes to hold them (:meth:`Charges.destinations`), and is charged so.  The value V then bounds
+        such plans only: the bound is ``min(V, θ + 1)`` (plans above θ are at least θ + 1).
+
+        ``likely`` (with ``refined``): no bound, a guess at good plans: every receipt and send is
+        charged as if it went between neighbouring stages, over their link.
+
+        None when ``time.perf_counter()`` passes ``deadline`` first."""
+        mode = "likely" if likely else "high" if pessimistic else "low"
+        n_ideals, full = self.ideals, self.ideals - 1  # breadth-first: the whole graph comes last
+        empty = tuple(0 for _ in self.classes)
+        start = np.full(n_ideals, _INF, dtype=np.int64)
+        start[0] = 0
+        groups = sorted(set(self.group_of))
+        firsts: list[State] = [(empty, -1, g, -1, -1) for g in groups] if refined else [(empty, 0, 0, -1, -1)]
+        best: dict[State, np.ndarray] = dict.fromkeys(firsts, start)
+        incoming: dict[State, list[Move]] = {}
+        level = firsts
+        while level:
+            following: list[State] = []
+            for state in level:
+                for c, target, key in self._moves(state, mode, refined, spread):
+                    if deadline is not None and time.perf_counter() > deadline:
+                        return None
+                    cs = self.charges.table(c, key)
+                    if not len(cs.src):
+                        continue
+                    vals = np.maximum(best[state][cs.src], self.charges.cost(c, key))
+                    mins = np.minimum.reduceat(vals, cs.starts)
+                    if mins.min() >= _INF:
+                        continue
+                    if target not in best:
+                        best[target] = np.full(n_ideals, _INF, dtype=np.int64)
+                        incoming[target] = []
+                        following.append(target)
+                    best[target][cs.ends] = np.minimum(best[target][cs.ends], mins)
+                    incoming[target].append((state, c, key))
+            level = following
+        finals = [(int(arr[full]), s) for s, arr in best.items()
+                  if s not in firsts and arr[full] < _INF and (not refined or s[2] == -1) and s[4] <= 0]
+        if not finals:  # nothing beats ``upper`` (or, with no upper, nothing fits at all)
+            return StageBound(self.limit if self.limit < _INF else 0)
+        value, state = min(finals)
+
+        # read back one chain that reaches the value, last stage first
+        chain: list[tuple[int, int, int]] = []
+        cur = full
+        while state not in firsts:
+            for before, c, key in incoming[state]:
+                cs = self.charges.table(c, key)
+                lo, hi = np.searchsorted(cs.dst, cur, side="left"), np.searchsorted(cs.dst, cur, side="right")
+                vals = np.maximum(best[before][cs.src[lo:hi]], self.charges.cost(c, key)[lo:hi])
+                hits = np.flatnonzero(vals == best[state][cur])
+                if len(hits):
+                    frm = int(cs.src[lo + hits[0]])
+                    chain.append((c, frm, cur))
+                    cur, state = frm, before
+                    break
+            else:  # pragma: no cover - the values were built from these very arrays
+                raise AssertionError("stage program: no chain reaches its own value")
+        return self._plan(value, chain[::-1])
+
+    def _plan(self, value: int, chain: list[tuple[int, int, int]]) -> StageBound:
+        """The chain's stages on devices (each class's devices in their order), each layer with no
+        edges added where the stage stays shortest (and fits in memory, if any can)."""
+        member = self.stages.member
+        used = [0] * len(self.classes)
+        dev_of = [-1] * self.problem.n_layers
+        order: list[int] = []
+        for c, frm, to in chain:
+            device = self.classes[c][used[c]]
+            used[c] += 1
+            order.append(device)
+            for v in np.flatnonzero(member[to] & ~member[frm]).tolist():
+                dev_of[v] = device
+        if self.stages.isolated:
+            problem, isolated = self.problem, self.stages.isolated
+            for v in isolated:
+                dev_of[v] = order[0]
+            compute, recv, send = self.costs.stage_costs(problem, dev_of)
+            compute[order[0]] -= int(sum(self.costs.compute[v, order[0]] for v in isolated))
+            layers = {d: [v for v, dv in enumerate(dev_of) if dv == d and v not in isolated] for d in order}
+
+            def time_with(d: int, v: int) -> tuple[int, int]:
+                more = int(compute[d] + self.costs.compute[v, d])
+                fits = problem.memory([*layers[d], v]) <= problem.capacity[d]
+                return (0 if fits else 1, more + int(recv[d] + send[d]) if self.serial else max(more, recv[d], send[d]))
+
+            for v in sorted(isolated, key=lambda v: -int(self.costs.compute[v].max())):
+                d = min(order, key=lambda d: time_with(d, v))  # where the stage stays shortest
+                dev_of[v] = d
+                compute[d] += self.costs.compute[v, d]
+                layers[d].append(v)
+        return StageBound(value, dev_of, order)
+
+
+def stage_bound(problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
+                refined: bool = True) -> StageBound | None:
+    """The program's lower bound (see the module docstring); None when the problem is too large."""
+    program = StageProgram.of(problem, costs, classes, upper)
+    return None if program is None else program.run(refined=refined and len(set(program.group_of)) > 1)

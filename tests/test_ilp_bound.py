@@ -1,0 +1,220 @@
+"""The stage program's bound against brute force, the tick tables, and the model's complete hint."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from ortools.sat.python import cp_model
+
+from planner.baselines import chain_dp
+from planner.ilp import SolverOptions, _interchangeable, solve
+from planner.ilp_bound import StageProgram, stage_bound
+from planner.ilp_model import build_model
+from planner.ilp_ticks import Ticks
+from planner.problem import PlanOptions, Problem
+from planner.simulate import evaluate
+from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, cluster_of, graph_of
+
+
+def tick_optimum(problem: Problem, costs: Ticks) -> int:
+    """The least bottleneck in ticks over every valid assignment: the model's optimum."""
+    best = None
+    for dev_of in itertools.product(range(problem.n_devices), repeat=problem.n_layers):
+        if evaluate(problem, list(dev_of)).violation is None:
+            value = costs.bottleneck(problem, dev_of)
+            best = value if best is None else min(best, value)
+    assert best is not None
+    return best
+
+
+@st.composite
+def problems(draw: st.DrawFn) -> Problem:
+    """Random DAGs on clusters with several link classes, tight memory and device limits."""
+    n = draw(st.integers(2, 6))
+    k = draw(st.integers(2, 4))
+    flops = [draw(st.integers(0, 9)) * 1_000_000 for _ in range(n)]
+    edges = [(u, v, draw(st.sampled_from([0, 250_000, 1_000_000, 3_000_000])))
+             for u in range(n) for v in range(u + 1, n) if draw(st.booleans())]
+    params = [draw(st.sampled_from([0, 100, 300])) * 2**20 for _ in range(n)]
+    speeds = [draw(st.sampled_from([1.0, 2.0])) for _ in range(k)]
+    hosts = [draw(st.integers(0, 1)) for _ in range(k)]  # same host: fast link, else slow
+    bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(k)] for a in range(k)]
+    max_devices = draw(st.sampled_from([None, None, 1, 2]))
+    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2,
+                          memory_margin=0.0, max_devices=max_devices)
+    return Problem(graph_of(flops, edges, params=params), cluster_of(speeds, bw, latency=1e-4, memory=2**29),
+                   ROOFLINE, options)
+
+
+@st.composite
+def broadcast_problems(draw: st.DrawFn) -> Problem:
+    """A chain read by one broadcast layer (position ids, a mask) at several points, on two hosts."""
+    n = draw(st.integers(5, 7))
+    k = draw(st.integers(3, 4))
+    flops = [draw(st.integers(1, 9)) * 1_000_000 for _ in range(n)]
+    chain = [(v, v + 1, draw(st.sampled_from([250_000, 1_000_000, 3_000_000]))) for v in range(1, n - 1)]
+    readers = draw(st.lists(st.integers(1, n - 1), min_size=3, max_size=n - 1, unique=True))
+    nbytes = draw(st.sampled_from([100_000, 1_000_000]))
+    skips = [(u, u + 2, 500_000) for u in range(1, n - 2) if draw(st.booleans())]
+    speeds = [draw(st.sampled_from([1.0, 2.0])) for _ in range(k)]
+    hosts = [d % 2 for d in range(k)]
+    bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(k)] for a in range(k)]
+    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2)
+    return Problem(graph_of(flops, chain + [(0, r, nbytes) for r in readers] + skips),
+                   cluster_of(speeds, bw, latency=1e-4), ROOFLINE, options)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(problems(), broadcast_problems()), st.booleans(), st.integers(-3, 3))
+def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool, shift: int) -> None:
+    costs = Ticks.of(problem)
+    try:
+        optimum = tick_optimum(problem, costs)
+    except AssertionError:  # nothing fits: no bound to check
+        return
+    program = StageProgram.of(problem, costs, _interchangeable(problem), optimum if screened else None)
+    assert program is not None
+    for refined in (False, True):
+        low = program.run(refined=refined)
+        assert low is not None and low.bound <= optimum
+        theta = optimum + shift * max(1, optimum // 10)  # rule out plans up to θ: right below the optimum too
+        spread = program.run(refined=refined, spread=theta)
+        assert spread is not None and min(spread.bound, theta + 1) <= optimum
+        high = program.run(pessimistic=True, refined=refined)
+        likely = program.run(refined=refined, likely=True)
+        assert high is not None and likely is not None
+        for found in (low, spread, high, likely):
+            if found.dev_of:
+                ev = evaluate(problem, found.dev_of, [problem.devices[d] for d in found.order])
+                assert ev.violation is None or "needs" in ev.violation  # only the dropped workspace can break it
+        if high.dev_of and not program.stages.isolated:  # the pessimistic chain costs at most its value
+            assert costs.bottleneck(problem, high.dev_of) <= high.bound
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.integers(1, 9), min_size=2, max_size=9), st.integers(2, 4),
+       st.sampled_from(["overlap", "serial"]), st.sampled_from([0, 500_000, 2_000_000]))
+def test_stage_bound_is_exact_on_chains(work: list[int], k: int, comm: str, nbytes: int) -> None:
+    g = graph_of([w * 1_000_000 for w in work], [(i, i + 1, nbytes) for i in range(len(work) - 1)])
+    problem = Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, PlanOptions(comm=comm, microbatches=2))
+    costs = Ticks.of(problem)
+    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    assert found is not None and found.dev_of
+    assert costs.bottleneck(problem, found.dev_of) == found.bound  # no skips: every charge is exact
+    assert found.bound / costs.scale == pytest.approx(chain_dp(problem).bottleneck, rel=REL)
+
+
+def test_solve_returns_a_proven_plan_without_cp_sat() -> None:
+    g = graph_of([4_000_000, 2_000_000, 2_000_000, 3_000_000], [(0, 1, 0), (1, 2, 0), (2, 3, 0)])
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
+    plan = solve(problem, EXACT)
+    assert plan.certificate.status == "OPTIMAL" and plan.certificate.gap == pytest.approx(0.0, abs=1e-6)
+    assert plan.certificate.details["solver_status"].startswith("not run")
+    assert plan.bottleneck == pytest.approx(brute_force(problem), rel=REL)
+
+
+def test_bound_gives_up_on_too_many_ideals(monkeypatch: pytest.MonkeyPatch) -> None:
+    import planner.ilp_ideals as ideals
+
+    g = graph_of([1_000_000] * 7, [(0, i, 0) for i in range(1, 7)])  # six branches: 65 ideals
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions())
+    monkeypatch.setattr(ideals, "MAX_IDEALS", 10)
+    assert stage_bound(problem, Ticks.of(problem), [[0, 1]], None) is None
+    plan = solve(problem, EXACT)  # CP-SAT alone still proves it
+    assert plan.certificate.status == "OPTIMAL"
+    assert "stage_bound" not in plan.certificate.details
+    assert plan.bottleneck == pytest.approx(0.004, rel=REL)
+
+
+def test_layers_without_edges_are_placed_by_the_stage_program() -> None:
+    g = graph_of([4_000_000, 1_000_000, 3_000_000, 2_000_000], [(0, 1, 0)])  # l2, l3 have no edges
+    problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
+    costs = Ticks.of(problem)
+    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    assert found is not None and -1 not in found.dev_of
+    assert found.bound <= tick_optimum(problem, costs)
+    assert solve(problem, EXACT).bottleneck == pytest.approx(0.005, rel=REL)
+
+
+def test_tick_tables_round_each_term() -> None:
+    g = graph_of([3_000_000, 5_000_000, 1_000_000], [(0, 1, 700_000), (0, 2, 1_300_000), (1, 2, 0)])
+    bw = [[0.0, 1e9, 3e9], [1e9, 0.0, 2e9], [3e9, 2e9, 0.0]]
+    problem = Problem(g, cluster_of([1.0, 2.0, 3.0], bw, latency=2e-5), ROOFLINE, PlanOptions(comm="serial"))
+    costs = Ticks.of(problem)
+    for u, a, b in itertools.product(range(3), repeat=3):
+        assert costs.transfer[u, a, b] == round(problem.transfer(u, a, b) * costs.scale)
+    assert costs.compute.tolist() == [[round(t * costs.scale) for t in row] for row in problem.time]
+
+
+@pytest.mark.parametrize("comm", ["overlap", "serial"])
+def test_the_hint_is_a_complete_feasible_solution(comm: str) -> None:
+    g = graph_of([3_000_000, 5_000_000, 1_000_000, 2_000_000],
+                 [(0, 1, 700_000), (0, 2, 1_300_000), (1, 3, 200_000), (2, 3, 900_000)])
+    problem = Problem(g, cluster_of([1.0, 1.0, 2.0], latency=1e-5), ROOFLINE,
+                      PlanOptions(comm=comm, max_devices=2))
+    costs = Ticks.of(problem)
+    classes = _interchangeable(problem)
+    built = build_model(problem, costs, classes)
+    dev_of, order = [2, 0, 2, 0], [2, 0]  # not in the classes' symmetry-breaking order: relabelled
+    built.hint(problem, costs, classes, dev_of, order)
+    solver = cp_model.CpSolver()
+    solver.parameters.fix_variables_to_their_hinted_value = True
+    solver.parameters.num_workers = 1
+    assert solver.solve(built.model) == cp_model.OPTIMAL
+    assert round(solver.objective_value) == costs.bottleneck(problem, dev_of)
+
+
+def test_stage_bound_sees_the_slow_link_between_hosts() -> None:
+    # four equal layers on 2 + 2 devices, the hosts joined by a slow link: a 4-stage pipeline must
+    # cross it once, and the bound charges that crossing its real (slow) price
+    g = graph_of([2_000_000] * 4, [(i, i + 1, 1_000_000) for i in range(3)])
+    bw = [[0.0, 1e10, 1e8, 1e8], [1e10, 0.0, 1e8, 1e8], [1e8, 1e8, 0.0, 1e10], [1e8, 1e8, 1e10, 0.0]]
+    problem = Problem(g, cluster_of([1.0] * 4, bw), ROOFLINE, PlanOptions(comm="serial", microbatches=1))
+    costs = Ticks.of(problem)
+    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    assert found is not None
+    assert found.bound / costs.scale == pytest.approx(brute_force(problem), rel=REL)
+    # two stages on one host (4 ms + 0.1 ms hop each); a third stage would pay the 10 ms hop
+    assert found.bound / costs.scale == pytest.approx(0.0041, rel=REL)
+
+
+def test_graph_without_edges_and_one_device() -> None:
+    g = graph_of([5_000_000], [])
+    problem = Problem(g, cluster_of([1.0]), ROOFLINE, PlanOptions())
+    plan = solve(problem, SolverOptions(time_limit=5, workers=1))
+    assert plan.bottleneck == pytest.approx(0.005, rel=REL)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems(), st.booleans())
+def test_crossings_grouped_by_link_keep_the_optimum(problem: Problem, aggregate: bool) -> None:
+    # the bare model (no bound, no hint), its crossings grouped by link or one per device pair
+    costs = Ticks.of(problem)
+    try:
+        optimum = tick_optimum(problem, costs)
+    except AssertionError:
+        return
+    built = build_model(problem, costs, _interchangeable(problem), aggregate=aggregate)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    assert solver.solve(built.model) == cp_model.OPTIMAL
+    assert round(solver.objective_value) == optimum
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 3), min_size=1, max_size=4), st.data())
+def test_link_groups_give_one_link_per_pair_of_groups(sizes: list[int], data: st.DataObject) -> None:
+    from planner.ilp_charges import _link_groups
+
+    k = len(sizes)
+    between = np.array([[[data.draw(st.sampled_from([5, 7])) for _ in range(k)] for _ in range(k)]])
+    between = np.minimum(between, between.transpose(0, 2, 1))  # links are the same both ways
+    group_of, cross = _link_groups(between, sizes)
+    for a, b in itertools.product(range(k), repeat=2):
+        if a != b or sizes[a] > 1:  # two distinct devices of these classes
+            link = cross[group_of[a]][group_of[b]]
+            assert link is not None and np.array_equal(link, between[:, a, b])
