@@ -7,7 +7,8 @@ Clusters: 4 heterogeneous devices (``hetero-a100-t4``) and 8 devices on 2 hosts 
 each with one compute-bound co-runner on ``gpu2``.
 
 Prints a table; not a test.  Run: ``.venv/bin/python benchmarks/planner_bench.py [--quick]``
-(the full run, 60 cases, takes about 7 minutes on 2 cores; ``--quick`` about 30 seconds).
+(the full run, 60 cases, takes about a minute on 2 cores, most of it graph capture and the few cases
+where CP-SAT runs; ``--quick`` a few seconds).
 
 ``time s`` is the wall time of :func:`planner.ilp.solve`: the baselines of the warm start, the stage
 program of :mod:`planner.ilp_bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
@@ -345,7 +346,7 @@ def markdown(results: list[Result]) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true",
-                        help="random-50, random-200 and resnet-50/block, overlap only (about 30 s)")
+                        help="random-50, random-200 and resnet-50/block, overlap only (a few seconds)")
     parser.add_argument("--only", metavar="PATTERN",
                         help="run cases whose name matches this glob, e.g. 'random-*' or '*gpt2*'")
     parser.add_argument("--time-limit", type=float, default=10.0, help="CP-SAT time limit in seconds")

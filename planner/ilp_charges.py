@@ -42,7 +42,7 @@ from planner.problem import Problem
 __all__ = ["INF", "Charges", "Key"]
 
 INF = np.iinfo(np.int64).max // 4
-_INF = INF
+_INF = INF  # "impossible" (a sum of a few of these still fits an int64)
 _CACHE = 30_000_000  # stage costs kept per class (int64 entries), then the cache starts over
 
 # (mode "low" | "high" | "likely", refined, group of the stage before (-1: none), group promised to
