@@ -133,13 +133,19 @@ def test_memory_forces_a_split() -> None:
     assert plan.bottleneck == pytest.approx(0.002, rel=REL)
 
 
-@st.composite
-def random_problems(draw: st.DrawFn) -> Problem:
+def draw_dag(draw: st.DrawFn) -> tuple[list[int], list[tuple[int, int, int]]]:
+    """A random DAG of 2–6 layers: FLOPs per layer, and edges (u, v, bytes) from earlier to later."""
     n = draw(st.integers(2, 6))
-    k = draw(st.integers(2, 3))
     flops = [draw(st.integers(0, 9)) * 1_000_000 for _ in range(n)]
     edges = [(u, v, draw(st.sampled_from([0, 250_000, 1_000_000, 3_000_000])))
              for u in range(n) for v in range(u + 1, n) if draw(st.booleans())]
+    return flops, edges
+
+
+@st.composite
+def random_problems(draw: st.DrawFn) -> Problem:
+    flops, edges = draw_dag(draw)
+    k = draw(st.integers(2, 3))
     speeds = [draw(st.sampled_from([1.0, 2.0, 3.0])) for _ in range(k)]
     bw = [[draw(st.sampled_from([0.5e9, 1e9, 4e9])) for _ in range(k)] for _ in range(k)]
     options = PlanOptions(objective=draw(st.sampled_from(["throughput", "latency"])),

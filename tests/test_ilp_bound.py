@@ -17,7 +17,7 @@ from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
 from planner.problem import PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, cluster_of, graph_of
+from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, cluster_of, draw_dag, graph_of
 
 
 def tick_optimum(problem: Problem, costs: Ticks) -> int:
@@ -34,12 +34,9 @@ def tick_optimum(problem: Problem, costs: Ticks) -> int:
 @st.composite
 def problems(draw: st.DrawFn) -> Problem:
     """Random DAGs on clusters with several link classes, tight memory and device limits."""
-    n = draw(st.integers(2, 6))
+    flops, edges = draw_dag(draw)
     k = draw(st.integers(2, 4))
-    flops = [draw(st.integers(0, 9)) * 1_000_000 for _ in range(n)]
-    edges = [(u, v, draw(st.sampled_from([0, 250_000, 1_000_000, 3_000_000])))
-             for u in range(n) for v in range(u + 1, n) if draw(st.booleans())]
-    params = [draw(st.sampled_from([0, 100, 300])) * 2**20 for _ in range(n)]
+    params = [draw(st.sampled_from([0, 100, 300])) * 2**20 for _ in flops]
     speeds = [draw(st.sampled_from([1.0, 2.0])) for _ in range(k)]
     hosts = [draw(st.integers(0, 1)) for _ in range(k)]  # same host: fast link, else slow
     bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(k)] for a in range(k)]
