@@ -114,17 +114,21 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
                                "time_limit": opts.time_limit, "tick_seconds": 1.0 / costs.scale,
                                "warm_start": baseline.method if baseline is not None else None}
-    upper = costs.bottleneck(problem, _devices(problem, baseline)[0]) if baseline is not None else None
+
+    def ticks_of(plan: Plan | None) -> int | None:
+        """A plan's bottleneck in ticks, as the model counts it."""
+        return None if plan is None else costs.bottleneck(problem, _devices(problem, plan)[0])
+
+    reached = ticks_of(incumbent)  # the incumbent's bottleneck in ticks, kept beside it
     # The program may take part of the time: a run that would pass its share is abandoned.
     deadline = started + _PROGRAM_SHARE * opts.time_limit
-    program = StageProgram.of(problem, costs, classes, upper, deadline)
+    program = StageProgram.of(problem, costs, classes, reached, deadline)
     lower = 0
 
-    def gap_closed(plan: Plan | None) -> bool:
-        """Whether ``plan`` is within the gap limit of the bound, by CP-SAT's own test on the ticks."""
-        if not throughput or program is None or plan is None:
+    def gap_closed() -> bool:
+        """Whether the incumbent is within the gap limit of the bound, by CP-SAT's own test on the ticks."""
+        if not throughput or program is None or reached is None:
             return False
-        reached = costs.bottleneck(problem, _devices(problem, plan)[0])
         return reached - lower <= opts.gap_limit * max(1, reached)
 
     if program is not None:
@@ -137,13 +141,12 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         if throughput:
             schedule.append((False, refine, True, False))
         for pessimistic, refined, spreading, likely in schedule:
-            if gap_closed(incumbent):
+            if gap_closed():
                 break
             spread = None
             if spreading:  # rule out every plan within the gap limit of the best one known (see run())
-                if incumbent is None:
+                if reached is None:
                     continue
-                reached = costs.bottleneck(problem, _devices(problem, incumbent)[0])
                 spread = math.ceil(reached * (1 - opts.gap_limit)) - 1
             found = program.run(pessimistic, refined, spread, deadline, likely)
             if found is None:
@@ -153,7 +156,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
             candidate = _program_plan(problem, found) if found.dev_of else None
             if candidate is not None and (incumbent is None
                                           or candidate.objective_value < incumbent.objective_value * (1 - 1e-9)):
-                incumbent = candidate
+                incumbent, reached = candidate, ticks_of(candidate)
         details["stage_bound"] = lower / costs.scale
     log.info("stage program: bound %s ticks (%s ideals, %s stages) after %.2fs", lower,
              program.ideals if program else "too many", program.pairs if program else "-",
@@ -177,13 +180,12 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         return f"warm start ({plan.method})" if plan is baseline else "stage program"
 
     # -- proven before CP-SAT? -------------------------------------------------------------------------
-    if incumbent is not None and gap_closed(incumbent):
+    if incumbent is not None and gap_closed():
         details["solver_status"] = "not run: the stage program's bound proves the plan"
         return finish(incumbent, "OPTIMAL", lower / costs.scale, origin(incumbent))
 
     # -- CP-SAT ------------------------------------------------------------------------------------------
-    upper = costs.bottleneck(problem, _devices(problem, incumbent)[0]) if incumbent is not None else None
-    built = build_model(problem, costs, classes, lower, upper)
+    built = build_model(problem, costs, classes, lower, reached)
     if incumbent is not None:
         built.hint(problem, costs, classes, *_devices(problem, incumbent))
     solver = cp_model.CpSolver()
