@@ -4,8 +4,10 @@ Any plan, read in pipeline order, is a chain of ideals ∅ = S_0 ⊂ … ⊂ S_m
 S_i \\ S_(i−1) on a device of its own (:mod:`planner.ilp_ideals`).  The program walks every such
 chain, stage by stage, in a state that holds the devices used so far per class of interchangeable
 devices (same speed column, capacity and links) and, when ``refined``, the link group of the stage
-just before, the group promised to the next stage and the group holding the broadcast layer with
-the number of stages still to receive it.  It charges each stage as :mod:`planner.ilp_charges`
+just before, the group promised to the next stage, the set of groups the stages still to come will
+use (a stage's sends can only go there, so a plan that leaves a host for good pays the slow link for
+every later send) and the group holding the broadcast layer with the number of stages still to
+receive it.  It charges each stage as :mod:`planner.ilp_charges`
 says: at most what the CP-SAT model charges that stage in any plan that fits the state.
 
 Why the value bounds the model's optimum from below: take an optimal plan; its chain is one the
@@ -43,8 +45,8 @@ __all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
 MAX_STATES = 4096
 
 # (devices used per class, group of the last stage, group promised next, group holding the broadcast
-# layer, stages that have still to receive it)
-State = tuple[tuple[int, ...], int, int, int, int]
+# layer, stages that have still to receive it, groups of the stages still to come as a bit set)
+State = tuple[tuple[int, ...], int, int, int, int, int]
 Move = tuple[State, int, tuple[object, ...]]  # (state before, class of the stage, key of its costs)
 
 
@@ -70,6 +72,7 @@ class StageProgram:
         self.serial = problem.options.comm == "serial"
         self.charges = Charges(problem, costs, classes, stages, limit)
         self.group_of = self.charges.group_of
+        self.n_groups = max(self.group_of) + 1
         self.broadcast = self.charges.broadcast
 
     @classmethod
@@ -94,7 +97,7 @@ class StageProgram:
     def _moves(self, state: State, mode: str, refined: bool,
                spread: int | None) -> list[tuple[int, State, tuple[object, ...]]]:
         """(class, state after, cost key) for each stage that can follow ``state``."""
-        counts, last, promised, holder, owed = state
+        counts, last, promised, holder, owed, future = state
         used = frozenset(c for c, z in enumerate(counts) if z)
         out: list[tuple[int, State, tuple[object, ...]]] = []
         for c, z in enumerate(counts):
@@ -105,30 +108,45 @@ class StageProgram:
             after = (*counts[:c], z + 1, *counts[c + 1:])
             room = min(self.max_devices, sum(self.sizes)) - sum(after)
             full_left = tuple(min(self.sizes[x] - y, room) if room > 0 else 0 for x, y in enumerate(after))
-            if mode == "high" or spread is not None:
-                left, some_room = full_left, room
-            else:  # only whether a device is left matters: fewer distinct costs
-                left, some_room = tuple(min(y, 1) for y in full_left), min(room, 1)
             if not refined:
-                out.append((c, (after, 0, 0, -1, -1),
+                left, some_room = self._left(full_left, room, mode, spread)
+                out.append((c, (after, 0, 0, -1, -1, 0),
                             (mode, False, -1, -1, used, left, some_room, spread, "all", -1, -1)))
                 continue
-            # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
-            parts = [("all", -1, -1, -1)]
-            if self.broadcast is not None and holder < 0:  # this stage comes before the layer, or holds it
-                sends = [(d, d) for d in range(room + 1)] if self.charges.count_sends else [(-2, -1)]
-                parts = [("before", -1, -1, -1)] + [("holds", self.group_of[c], o, d) for o, d in sends]
-            elif self.broadcast is not None:
-                parts = [("after", holder, owed, -1)] + ([("reads", holder, owed - 1, -1)] if owed > 0 else [])
-                if owed == -2:  # its sends are not counted
-                    parts = [("after", holder, owed, -1), ("reads", holder, owed, -1)]
-            for nxt in [*sorted({self.group_of[x] for x, y in enumerate(left) if y}), -1]:  # -1: the last stage
-                for part, held, still, copies in parts:
-                    exact = part == "holds"
-                    out.append((c, (after, self.group_of[c], nxt, held, still),
-                                (mode, True, last, nxt, used, full_left if exact else left,
-                                 room if exact else some_room, spread, part, held, copies)))
+            g = self.group_of[c]
+            for later in sorted({future & ~(1 << g), future}):  # groups of the stages after this one
+                # Sends go only to devices of those groups: the others are never used again.
+                later_left = tuple(y if later >> self.group_of[x] & 1 else 0 for x, y in enumerate(full_left))
+                later_room = min(room, sum(later_left))
+                if any(later >> h & 1 and not any(later_left[x] for x in range(len(counts)) if self.group_of[x] == h)
+                       for h in range(self.n_groups)) or later_room < bin(later).count("1"):
+                    continue  # a group promised for later has no device left
+                left, some_room = self._left(later_left, later_room, mode, spread)
+                # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
+                parts = [("all", -1, -1, -1)]
+                if self.broadcast is not None and holder < 0:  # this stage comes before the layer, or holds it
+                    sends = [(d, d) for d in range(later_room + 1)] if self.charges.count_sends else [(-2, -1)]
+                    parts = [("before", -1, -1, -1)] + [("holds", g, o, d) for o, d in sends]
+                elif self.broadcast is not None:
+                    parts = [("after", holder, owed, -1)] + ([("reads", holder, owed - 1, -1)] if owed > 0 else [])
+                    if owed == -2:  # its sends are not counted
+                        parts = [("after", holder, owed, -1), ("reads", holder, owed, -1)]
+                nexts = [h for h in range(self.n_groups) if later >> h & 1] or [-1]  # -1: the last stage
+                for nxt in nexts:
+                    for part, held, still, copies in parts:
+                        exact = part == "holds"
+                        out.append((c, (after, g, nxt, held, still, later),
+                                    (mode, True, last, nxt, used, later_left if exact else left,
+                                     later_room if exact else some_room, spread, part, held, copies)))
         return out
+
+    @staticmethod
+    def _left(full_left: tuple[int, ...], room: int, mode: str, spread: int | None) -> tuple[tuple[int, ...], int]:
+        """Devices left per class and in all, as the charges need them: only whether one is left
+        (fewer distinct costs) unless the counts matter (pessimistic charges, a spread)."""
+        if mode == "high" or spread is not None:
+            return full_left, room
+        return tuple(min(y, 1) for y in full_left), min(room, 1)
 
     def run(self, pessimistic: bool = False, refined: bool = False, spread: int | None = None,
             deadline: float | None = None, likely: bool = False) -> StageBound | None:
@@ -149,7 +167,11 @@ class StageProgram:
         start = np.full(n_ideals, _INF, dtype=np.int64)
         start[0] = 0
         groups = sorted(set(self.group_of))
-        firsts: list[State] = [(empty, -1, g, -1, -1) for g in groups] if refined else [(empty, 0, 0, -1, -1)]
+        if refined:  # the first stage's group, and the set of groups the plan uses
+            firsts: list[State] = [(empty, -1, g, -1, -1, f) for f in range(1, 1 << self.n_groups)
+                                   for g in groups if f >> g & 1]
+        else:
+            firsts = [(empty, 0, 0, -1, -1, 0)]
         best: dict[State, np.ndarray] = dict.fromkeys(firsts, start)
         incoming: dict[State, list[Move]] = {}
         level = firsts
@@ -174,7 +196,7 @@ class StageProgram:
                     incoming[target].append((state, c, key))
             level = following
         finals = [(int(arr[full]), s) for s, arr in best.items()
-                  if s not in firsts and arr[full] < _INF and (not refined or s[2] == -1) and s[4] <= 0]
+                  if s not in firsts and arr[full] < _INF and s[5] == 0 and s[4] <= 0]  # no group still promised
         if not finals:  # nothing beats ``upper`` (or, with no upper, nothing fits at all)
             return StageBound(self.limit if self.limit < _INF else 0)
         value, state = min(finals)
