@@ -7,13 +7,16 @@ them and adds the links between devices.
 
 from __future__ import annotations
 
+import platform
+from functools import cache
+from pathlib import Path
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
 from costmodel.units import parse_bytes, parse_flops, parse_rate
 
-__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate"]
+__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_name"]
 
 ContentionKind = Literal["compute", "memory", "mixed"]
 
@@ -146,3 +149,15 @@ class Device(BaseModel):
     def with_load(self, load: Contention) -> Device:
         """A copy of this device under another load."""
         return self.model_copy(update={"load": load})
+
+
+@cache
+def cpu_name() -> str:
+    """This machine's CPU model as ``/proc/cpuinfo`` names it (what profiles record as ``device_name``)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"

@@ -23,6 +23,7 @@ never unpickles: only an explicit list of scikit-learn types may be constructed.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import zipfile
 from collections.abc import Sequence
@@ -36,7 +37,7 @@ from costmodel.analytic import RooflineModel
 from costmodel.base import CostModel
 from costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features, model_inputs
 from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from costmodel.hardware import Contention, Device, cpu_name
 
 __all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError", "encode", "feature_names", "fit_estimators",
            "held_out_split", "predict_log_time", "vocabulary_of"]
@@ -46,6 +47,8 @@ VERSION = 1
 # The only types skops may construct beyond its built-in safe set (numpy arrays, dicts, ...).
 _TRUSTED = ("sklearn.ensemble._hist_gradient_boosting.predictor.TreePredictor", "sklearn.tree._tree.Tree")
 _ESTIMATORS = ("main", "linear", "tree")
+
+log = logging.getLogger(__name__)
 
 
 class ModelFileError(ValueError):
@@ -131,6 +134,7 @@ class LearnedCostModel(CostModel):
     reference_devices: dict[str, dict[str, float]]  # profiled Device.type → its measured figures
     meta: dict[str, Any] = field(default_factory=dict)
     name: str = "learned"
+    _warned_cpu: bool = field(default=False, init=False, repr=False, compare=False)
 
     # -- training -----------------------------------------------------------------------------------
     @classmethod
@@ -184,6 +188,7 @@ class LearnedCostModel(CostModel):
         if not layers:
             return []
         if device.type in self.reference_devices:
+            self._check_same_cpu(device)
             figures = self.reference_devices[device.type]
             return self.predict_rows([self._row(la, device.type, figures, load) for la in layers]).tolist()
         idle = RooflineModel().layer_times(layers, device, Contention())
@@ -193,6 +198,18 @@ class LearnedCostModel(CostModel):
         loaded = self.predict_rows([self._row(la, device_type, figures, load) for la in layers])
         unloaded = self.predict_rows([self._row(la, device_type, figures, Contention()) for la in layers])
         return [t * max(1.0, float(a / b)) for t, a, b in zip(idle, loaded, unloaded, strict=True)]
+
+    def _check_same_cpu(self, device: Device) -> None:
+        """Warn, once per model, when a CPU device of the profiled type is predicted on a machine
+        whose CPU is not the one profiled: its times are that CPU's (models made on one of the
+        project's CPUs were 32–35% off on the other, measured)."""
+        profiled = [n for n in self.meta.get("device_names", []) if n]
+        if device.cores is None or not profiled or cpu_name() in profiled or self._warned_cpu:
+            return
+        self._warned_cpu = True
+        log.warning("cost model %r was profiled on %s, but this machine's CPU is %r: its times for %r "
+                    "describe that CPU; for this one run `pipeplan profile` and `pipeplan costmodel train`",
+                    self.name, " and ".join(repr(n) for n in profiled), cpu_name(), device.type)
 
     # -- files --------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

@@ -19,7 +19,6 @@ from __future__ import annotations
 import functools
 import logging
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -34,7 +33,7 @@ import torch
 from costmodel.corunners import CoRunners
 from costmodel.dataset import contention_features, device_features, layer_features, write_rows
 from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from costmodel.hardware import Contention, Device, cpu_name
 from costmodel.layerspecs import LayerSpec, model_layers
 
 __all__ = ["DEFAULT_LEVELS", "ProfileSettings", "Target", "measure_device", "pinned", "profile",
@@ -183,21 +182,11 @@ def measure_device(settings: ProfileSettings) -> Device:
         props = torch.cuda.get_device_properties(gpu)
         name, memory = props.name, props.total_memory
     else:
-        name, memory = _cpu_name(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        name, memory = cpu_name(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return Device(id=f"cuda{gpu}" if gpu is not None else "cpu" + "+".join(map(str, settings.cores)),
                   type=settings.device_type if gpu is None else name, memory=memory,
                   peak_flops=2 * n**3 / t_mm, mem_bandwidth=2 * src.numel() * 4 / t_copy,
                   cores=list(settings.cores) if gpu is None else None)
-
-
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "cpu"
 
 
 Progress = Callable[[int, int, str], None]
@@ -215,7 +204,7 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     if not targets:
         raise ValueError("nothing to profile: no target layers")
     device = device or measure_device(settings)
-    fixed = {**device_features(device), "device_name": _cpu_name() if settings.gpu is None else device.type,
+    fixed = {**device_features(device), "device_name": cpu_name() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
              "torch_version": torch.__version__}
     total, done, written = len(targets) * len(settings.levels), 0, 0

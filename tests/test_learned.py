@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import logging
 import zipfile
 
 import pytest
 
 from costmodel.analytic import RooflineModel
 from costmodel.dataset import read_dataset
-from costmodel.hardware import Contention, Device
+from costmodel.hardware import Contention, Device, cpu_name
 from costmodel.learned import LearnedCostModel, ModelFileError, held_out_split
 from costmodel.registry import SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model
 from costmodel.zoo import capture_model
@@ -64,6 +66,25 @@ def test_an_unprofiled_device_gets_the_roofline_times_the_learned_slowdown(train
     roofline = RooflineModel().layer_time(layer, gpu, Contention())
     assert trained.layer_time(layer, gpu, Contention()) == roofline
     assert trained.layer_time(layer, gpu, Contention(corunners=1, kind="compute")) > roofline
+
+
+def test_a_cpu_other_than_the_profiled_one_is_named_in_one_warning(trained, caplog) -> None:
+    cpu = load_cluster("local-cpu").devices[0]
+    layer = capture_model("mlp", 8).layers[0]
+    elsewhere = dataclasses.replace(trained, meta={**trained.meta, "device_names": ["Some Other CPU 9000"]})
+    with caplog.at_level(logging.WARNING, logger="costmodel.learned"):
+        first = elsewhere.layer_time(layer, cpu)
+        elsewhere.layer_time(layer, cpu)
+    warned = [r.getMessage() for r in caplog.records if r.name == "costmodel.learned"]
+    assert len(warned) == 1 and "'Some Other CPU 9000'" in warned[0] and repr(cpu_name()) in warned[0]
+    assert first == trained.layer_time(layer, cpu)  # a warning, not another prediction
+    caplog.clear()
+    here = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_name()]})
+    with caplog.at_level(logging.WARNING, logger="costmodel.learned"):
+        here.layer_time(layer, cpu)
+        here.layer_time(layer, Device(id="g", type="A100-80GB", memory="80GiB", peak_flops="312TFLOPS",
+                                      mem_bandwidth="2039GB/s"))
+    assert [r for r in caplog.records if r.name == "costmodel.learned"] == []
 
 
 def test_save_and_load_round_trip_predicts_the_same(trained, rows, tmp_path) -> None:
