@@ -29,7 +29,8 @@ __all__ = [
 CATEGORICAL = ("layer_kind", "main_op", "contention_kind")
 NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes", "log_intensity",
            "log_batch", "kernels", "log_roofline_s", "input_rank", "log_last_dim", "log_outer_numel",
-           "log_min_dim", "corunners", "utilization", "compute_share", "memory_share")
+           "log_min_dim", "log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
+           "log_conv_in_channels", "corunners", "utilization", "compute_share", "memory_share")
 
 # Every column of the CSV, in order.
 COLUMNS = (
@@ -120,6 +121,32 @@ def _shape_features(input_shapes: str) -> dict[str, float]:
             "log_min_dim": _log(min(dims))}
 
 
+def _conv_features(row: dict[str, Any]) -> dict[str, float]:
+    """A convolution's geometry, recovered from what every layer records: an N×C×H×W input, FLOPs
+    = 2·N·(output H·W)·(weights), weights = C_out·C_in·k²/groups, outputs = N·C_out·(output H·W).
+    CPU convolution kernels change speed with channels, kernel size and stride at equal FLOPs;
+    zeros for other layers.
+
+    >>> f = _conv_features({"layer_kind": "conv", "input_shapes": "2x16x28x28", "param_bytes": 32 * 16 * 9 * 4,
+    ...                     "flops": 2 * 2 * 14 * 14 * 32 * 16 * 9, "bytes_written": 2 * 32 * 14 * 14 * 4})
+    >>> [round(10 ** f[k] - 1) for k in ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area",
+    ...                                  "log_conv_stride_area", "log_conv_in_channels")]
+    [196, 32, 9, 4, 16]
+    """
+    names = ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
+             "log_conv_in_channels")
+    first = next((s for s in str(row["input_shapes"]).split(";") if s), "")
+    dims = [int(x) for x in first.split("x") if x]
+    weights = float(row["param_bytes"]) / 4.0
+    if row["layer_kind"] != "conv" or len(dims) != 4 or weights < 1 or min(dims) < 1:
+        return dict.fromkeys(names, 0.0)
+    batch, c_in, hw = dims[0], dims[1], dims[2] * dims[3]
+    out_hw = max(1.0, float(row["flops"]) / (2.0 * batch * weights))
+    c_out = max(1.0, float(row["bytes_written"]) / 4.0 / (batch * out_hw))
+    return dict(zip(names, (_log(out_hw), _log(c_out), _log(weights / (c_out * c_in)), _log(hw / out_hw), _log(c_in)),
+                    strict=True))
+
+
 def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     """The model features of a row: categorical strings and numeric values, by name."""
     flops, moved = float(row["flops"]), float(row["bytes_read"]) + float(row["bytes_written"])
@@ -134,7 +161,7 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
         "log_bytes_written": _log(row["bytes_written"]), "log_param_bytes": _log(row["param_bytes"]),
         "log_intensity": math.log10((flops + 1.0) / (moved + 1.0)), "log_batch": _log(row["batch"]),
         "kernels": float(row["kernels"]), "log_roofline_s": math.log10(roofline + 1e-9),
-        **_shape_features(row["input_shapes"]),
+        **_shape_features(row["input_shapes"]), **_conv_features(row),
         "corunners": float(row["corunners"]), "utilization": float(row["utilization"]),
         "compute_share": float(row["compute_share"]), "memory_share": float(row["memory_share"]),
     })
