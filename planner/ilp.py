@@ -42,7 +42,7 @@ __all__ = ["SolverOptions", "solve"]
 
 log = logging.getLogger(__name__)
 
-_PROGRAM_SHARE = 0.3  # of the time limit, at most, for the stage program before CP-SAT
+_PROGRAM_SHARE = 0.5  # of the time limit, at most, for the stage program before CP-SAT
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,8 @@ class Charges:
         chains = [(len(chain), int(self.between[u].max()), u) for u, (chain, _) in stages.chains.items()
                   if len(chain) >= 3 and self.between[u].max() > 0]
         self.broadcast = max(chains)[2] if chains and len(set(self.group_of)) > 1 else None
-        self._parts = stages.split(self.broadcast) if self.broadcast is not None else {}
+        # The stages split around it, built on first use: only refined runs read them.
+        self._parts: dict[tuple[str, bool], list[ClassStages]] | None = None
         # Its sends are counted exactly only where they add up (serial): the count costs a dimension.
         self.count_sends = self.serial
 
@@ -112,6 +113,9 @@ class Charges:
         must end the plan; with the broadcast layer tracked, only the stages of the key's part."""
         last = bool(key[1]) and key[3] == -1
         if key[8] != "all":
+            if self._parts is None:
+                assert self.broadcast is not None
+                self._parts = self.stages.split(self.broadcast)
             return self._parts[str(key[8]), last][c]
         return self.stages.last[c] if last else self.stages.per_class[c]
 
