@@ -169,12 +169,20 @@ def test_ilp_matches_brute_force_on_random_dags(problem: Problem) -> None:
         assert score(problem, plan) <= score(problem, other) * (1 + 1e-9), name
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 9), min_size=2, max_size=9), st.integers(2, 4),
-       st.sampled_from(["overlap", "serial"]), st.sampled_from([0, 500_000, 2_000_000]))
-def test_chains_on_identical_devices_equal_the_dp(work: list[int], k: int, comm: str, nbytes: int) -> None:
+@st.composite
+def chain_problems(draw: st.DrawFn) -> Problem:
+    """A chain of 2–9 layers on 2–4 identical devices, where the chain DP is exact."""
+    work = draw(st.lists(st.integers(1, 9), min_size=2, max_size=9))
+    k = draw(st.integers(2, 4))
+    nbytes = draw(st.sampled_from([0, 500_000, 2_000_000]))
     g = graph_of([w * 1_000_000 for w in work], [(i, i + 1, nbytes) for i in range(len(work) - 1)])
-    problem = Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, PlanOptions(comm=comm, microbatches=2))
+    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2)
+    return Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, options)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chain_problems())
+def test_chains_on_identical_devices_equal_the_dp(problem: Problem) -> None:
     dp = chain_dp(problem)
     assert dp.certificate.status == "OPTIMAL"
     assert solve(problem, EXACT).bottleneck == pytest.approx(dp.bottleneck, rel=REL)

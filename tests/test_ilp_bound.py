@@ -17,7 +17,7 @@ from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
 from planner.problem import PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, cluster_of, draw_dag, graph_of
+from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, chain_problems, cluster_of, draw_dag, graph_of
 
 
 def tick_optimum(problem: Problem, costs: Ticks) -> int:
@@ -93,11 +93,8 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(st.lists(st.integers(1, 9), min_size=2, max_size=9), st.integers(2, 4),
-       st.sampled_from(["overlap", "serial"]), st.sampled_from([0, 500_000, 2_000_000]))
-def test_stage_bound_is_exact_on_chains(work: list[int], k: int, comm: str, nbytes: int) -> None:
-    g = graph_of([w * 1_000_000 for w in work], [(i, i + 1, nbytes) for i in range(len(work) - 1)])
-    problem = Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, PlanOptions(comm=comm, microbatches=2))
+@given(chain_problems())
+def test_stage_bound_is_exact_on_chains(problem: Problem) -> None:
     costs = Ticks.of(problem)
     found = stage_bound(problem, costs, _interchangeable(problem), None)
     assert found is not None and found.dev_of
