@@ -106,6 +106,12 @@ def contention_from_row(row: dict[str, Any]) -> Contention:
     return Contention(corunners=int(row["corunners"]), kind=row["contention_kind"])
 
 
+def _first_shape(input_shapes: str) -> list[int]:
+    """The dimensions of a row's first input ("8x128x768;768x768" → [8, 128, 768]; none: [])."""
+    first = next((s for s in str(input_shapes).split(";") if s), "")
+    return [int(x) for x in first.split("x") if x]
+
+
 def _shape_features(input_shapes: str) -> dict[str, float]:
     """The first input's shape, beyond its size: kernels run at different speeds on the same FLOPs
     and bytes depending on the innermost (contiguous) dimension and the smallest one, e.g. a GEMM
@@ -114,8 +120,7 @@ def _shape_features(input_shapes: str) -> dict[str, float]:
     >>> {k: round(v, 2) for k, v in _shape_features("8x128x768;768x768").items()}
     {'input_rank': 3.0, 'log_last_dim': 2.89, 'log_outer_numel': 3.01, 'log_min_dim': 0.95}
     """
-    first = next((s for s in str(input_shapes).split(";") if s), "")
-    dims = [int(x) for x in first.split("x") if x] or [1]
+    dims = _first_shape(input_shapes) or [1]
     outer = math.prod(dims[:-1])
     return {"input_rank": float(len(dims)), "log_last_dim": _log(dims[-1]), "log_outer_numel": _log(outer),
             "log_min_dim": _log(min(dims))}
@@ -135,8 +140,7 @@ def _conv_features(row: dict[str, Any]) -> dict[str, float]:
     """
     names = ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
              "log_conv_in_channels")
-    first = next((s for s in str(row["input_shapes"]).split(";") if s), "")
-    dims = [int(x) for x in first.split("x") if x]
+    dims = _first_shape(row["input_shapes"])
     weights = float(row["param_bytes"]) / 4.0
     if row["layer_kind"] != "conv" or len(dims) != 4 or weights < 1 or min(dims) < 1:
         return dict.fromkeys(names, 0.0)

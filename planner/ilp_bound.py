@@ -118,8 +118,8 @@ class StageProgram:
                 # Sends go only to devices of those groups: the others are never used again.
                 later_left = tuple(y if later >> self.group_of[x] & 1 else 0 for x, y in enumerate(full_left))
                 later_room = min(room, sum(later_left))
-                if any(later >> h & 1 and not any(later_left[x] for x in range(len(counts)) if self.group_of[x] == h)
-                       for h in range(self.n_groups)) or later_room < bin(later).count("1"):
+                reachable = sum({1 << self.group_of[x] for x, y in enumerate(later_left) if y})
+                if reachable != later or later_room < bin(later).count("1"):
                     continue  # a group promised for later has no device left
                 left, some_room = self._left(later_left, later_room, mode, spread)
                 # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
