@@ -63,7 +63,7 @@ def cmd_run(args: argparse.Namespace) -> None:
 
     from executor.errors import OutputMismatchError
     from executor.options import RunOptions, parse_loads
-    from executor.report import RunReport, report_table
+    from executor.report import RunReport, report_table, verdict
     from executor.run import run_plan
 
     options = RunOptions(
@@ -83,6 +83,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     if report is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
     console.print(report_table(report))
+    console.print(verdict(report))
     for note in report.notes:
         console.print(f"note: {note}")
     if args.report:

@@ -28,7 +28,8 @@ from planner.plan import Plan
 if TYPE_CHECKING:
     from rich.table import Table
 
-__all__ = ["REPORT_FORMAT", "REPORT_VERSION", "RunReport", "StageReport", "build_report", "report_table"]
+__all__ = ["REPORT_FORMAT", "REPORT_VERSION", "RunReport", "StageReport", "build_report", "report_table",
+           "verdict"]
 
 REPORT_FORMAT = "pipeplan.run"
 REPORT_VERSION = 1
@@ -211,11 +212,16 @@ def report_table(report: RunReport) -> Table:
             pal, eal = s.predicted_at_load or {}, s.error_at_load or {}
             row += [_ms(pal.get("compute")), _pct(eal.get("compute"))]
         table.add_row(*row)
-    check = report.check
-    verdict = "not checked" if check is None else ("outputs match the unsplit model" if check["ok"]
-                                                     else f"OUTPUTS DIFFER: {check['message']}")
     table.caption = (f"throughput {report.throughput:.1f} samples/s (predicted {report.predicted_throughput:.1f}, "
                      f"{_pct(report.throughput_error)}); batch latency {_ms(report.latency)} ms (predicted "
-                     f"{_ms(report.predicted_latency)}); {verdict}")
+                     f"{_ms(report.predicted_latency)})")
     table.caption_justify = "left"
     return table
+
+
+def verdict(report: RunReport) -> str:
+    """The output check in one line (printed on its own: a table caption wraps at the table's width)."""
+    check = report.check
+    if check is None:
+        return "outputs not checked"
+    return "outputs match the unsplit model" if check["ok"] else f"OUTPUTS DIFFER: {check['message']}"
