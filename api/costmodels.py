@@ -1,4 +1,5 @@
-"""Which cost model a request may name: ``analytic``, ``learned`` (shipped), or a file the operator offers.
+"""Which cost model a request may name: ``analytic``, ``learned`` (shipped for this CPU), ``learned-NAME``
+(shipped for CPU NAME), or a file the operator offers.
 
 Other learned models are named by file name only, and only inside ``PIPEPLAN_COSTMODEL_DIR``: model
 files are never unpickled (zip of JSON and skops, with an allowlist of types), but no request may
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,19 @@ class ResolvedCostModel:
     identity: str  # what a plan's key depends on: the name and, for a file, its content
 
 
+def _shipped_names() -> set[str]:
+    from costmodel.registry import SHIPPED
+
+    return {f"learned-{s.name}" for s in SHIPPED}
+
+
+@lru_cache(maxsize=16)
+def _content_hash(path: str, mtime: float) -> str:
+    """The file's SHA-256, read once per version of the file (not once per request)."""
+    del mtime  # part of the cache key only
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
 class CostModels:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory.resolve() if directory is not None else None
@@ -36,21 +51,20 @@ class CostModels:
     def resolve(self, name: str) -> ResolvedCostModel:
         if name == "analytic":
             return ResolvedCostModel(name, "analytic", "analytic")
-        if name == "learned":
-            from costmodel.registry import SHIPPED_MODEL
+        if name == "learned" or name in _shipped_names():
+            from costmodel.registry import resolve_model_path
 
-            content = hashlib.sha256(SHIPPED_MODEL.read_bytes()).hexdigest()
-            return ResolvedCostModel(name, "learned", f"learned@{content}")
+            path = resolve_model_path(name)
+            return ResolvedCostModel(name, name, f"{name}@{_content_hash(str(path), path.stat().st_mtime)}")
         if self.directory is None:
-            raise ApiError(422, f"cost model {name!r}: this service offers only 'analytic' and 'learned' "
-                           "(no PIPEPLAN_COSTMODEL_DIR is set)", _LOC)
+            raise ApiError(422, f"cost model {name!r}: this service offers only 'analytic' and the shipped "
+                           "'learned' models (no PIPEPLAN_COSTMODEL_DIR is set)", _LOC)
         path = (self.directory / name).resolve()
         if path.parent != self.directory or not path.is_file():
             offered = sorted(p.name for p in self.directory.iterdir() if p.is_file())
             raise ApiError(422, f"cost model {name!r}: not 'analytic', 'learned' or one of the offered model files "
                            f"({', '.join(offered) or 'none'})", _LOC)
-        content = hashlib.sha256(path.read_bytes()).hexdigest()
-        return ResolvedCostModel(name, str(path), f"{name}@{content}")
+        return ResolvedCostModel(name, str(path), f"{name}@{_content_hash(str(path), path.stat().st_mtime)}")
 
     def load(self, resolved: ResolvedCostModel) -> Any:
         """The cost model object, loaded once per content; its ValueError is a 422."""

@@ -2,10 +2,11 @@
 
 Splits the profile dataset by layer configuration (a quarter of the shapes held out, for several
 seeds), fits the models on the rest and prints, overall and per contention level: MAPE and the share
-of predictions within ±10% for the main model (gradient-boosted trees), the linear baseline and the
+of predictions within ±10% for the main model (gradient-boosted trees averaged with per-operator Gaussian
+processes), its trees alone, the linear baseline and the
 analytic roofline (with the device's measured FLOP/s and bandwidth, slowed by the contention shares).
 
-    python benchmarks/costmodel_accuracy.py                      # the shipped CPU dataset
+    python benchmarks/costmodel_accuracy.py                      # every shipped CPU dataset
     python benchmarks/costmodel_accuracy.py --data mine.csv --seeds 5
 
 Targets: main model MAPE ≤ 10% overall and under every contention level, ≥ 85% within ±10%.
@@ -26,8 +27,8 @@ from costmodel.analytic import RooflineModel
 from costmodel.dataset import contention_from_row, read_dataset
 from costmodel.graph import Layer
 from costmodel.hardware import Device
-from costmodel.learned import encode, fit_estimators, held_out_split, predict_log_time, vocabulary_of
-from costmodel.registry import SHIPPED_DATASET
+from costmodel.learned import Fitted, encode, fit_estimators, held_out_split, operators, predict_log_time, vocabulary_of
+from costmodel.registry import SHIPPED
 
 
 def roofline_time(row: dict[str, Any]) -> float:
@@ -41,23 +42,30 @@ def roofline_time(row: dict[str, Any]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=str(SHIPPED_DATASET))
+    parser.add_argument("--data", action="append", help="a profile CSV (repeatable; default: every shipped one)")
     parser.add_argument("--seeds", type=int, default=3, help="held-out splits to average over (3)")
     args = parser.parse_args()
-    rows = read_dataset(args.data)
+    for path in args.data or [str(s.dataset) for s in SHIPPED]:
+        evaluate(path, args.seeds)
+
+
+def evaluate(path: str, seeds: int) -> None:
+    """Print the held-out table of one dataset."""
+    rows = read_dataset(path)
     vocabulary = vocabulary_of(rows)
     # errors[model][level] = list of relative errors over every seed's held-out rows
     errors: dict[str, dict[str, list[float]]] = defaultdict(lambda: defaultdict(list))
     fit_seconds = []
-    for seed in range(args.seeds):
+    for seed in range(seeds):
         train, test = held_out_split(rows, seed=seed)
         started = time.perf_counter()
-        estimators = fit_estimators([rows[i] for i in train], vocabulary, seed)
+        fitted = fit_estimators([rows[i] for i in train], vocabulary, seed)
         fit_seconds.append(time.perf_counter() - started)
         test_rows = [rows[i] for i in test]
-        x = encode(test_rows, vocabulary)
+        x, ops = encode(test_rows, vocabulary), operators(test_rows)
         measured = np.array([r["time_s"] for r in test_rows])
-        predictions = {name: np.power(10.0, predict_log_time(estimators, name, x)) for name in ("main", "linear")}
+        predictions = {name: np.power(10.0, predict_log_time(fitted, name, x, ops)) for name in ("main", "linear")}
+        predictions["trees"] = np.power(10.0, predict_log_time(Fitted(fitted.estimators), "main", x, ops))
         predictions["roofline"] = np.array([roofline_time(r) for r in test_rows])
         for name, predicted in predictions.items():
             rel = np.abs(predicted - measured) / measured
@@ -66,16 +74,17 @@ def main() -> None:
                 errors[name]["overall"].append(float(e))
 
     levels = ["overall", *sorted(k for k in errors["main"] if k != "overall")]
-    table = Table(title=f"held-out shapes: {len(rows)} rows, {len({r['config'] for r in rows})} configurations, "
-                  f"{args.seeds} splits (¼ of the shapes held out each)", title_justify="left")
+    configs = len({r["config"] for r in rows})
+    table = Table(title=f"{path}, held-out shapes: {len(rows)} rows, {configs} configurations, "
+                  f"{seeds} splits (¼ of the shapes held out each)", title_justify="left")
     table.add_column("contention")
     table.add_column("rows", justify="right")
-    for name in ("main", "linear", "roofline"):
+    for name in ("main", "trees", "linear", "roofline"):
         table.add_column(f"{name} MAPE %", justify="right")
         table.add_column(f"{name} ≤±10%", justify="right")
     for level in levels:
         cells = [level, str(len(errors["main"][level]))]
-        for name in ("main", "linear", "roofline"):
+        for name in ("main", "trees", "linear", "roofline"):
             e = np.array(errors[name][level])
             cells += [f"{100 * e.mean():.1f}", f"{100 * (e <= 0.1).mean():.0f}%"]
         table.add_row(*cells)

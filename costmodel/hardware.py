@@ -16,7 +16,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 
 from costmodel.units import parse_bytes, parse_flops, parse_rate
 
-__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_name"]
+__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_model", "cpu_name",
+           "same_cpu"]
 
 ContentionKind = Literal["compute", "memory", "mixed"]
 
@@ -151,13 +152,41 @@ class Device(BaseModel):
         return self.model_copy(update={"load": load})
 
 
-@cache
-def cpu_name() -> str:
-    """This machine's CPU model as ``/proc/cpuinfo`` names it (what profiles record as ``device_name``)."""
+def _cpuinfo() -> dict[str, str]:
+    """The first processor's fields in ``/proc/cpuinfo`` (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
+            if not line.strip():
+                break
+            key, _, value = line.partition(":")
+            fields[key.strip()] = value.strip()
     except OSError:
         pass
-    return platform.processor() or "cpu"
+    return fields
+
+
+@cache
+def cpu_name() -> str:
+    """This machine's CPU model as ``/proc/cpuinfo`` names it ("AMD EPYC")."""
+    return _cpuinfo().get("model name") or platform.processor() or "cpu"
+
+
+@cache
+def cpu_model() -> str:
+    """The CPU's name with its family, model and stepping, what profiles record as ``device_name``:
+    a hypervisor may show one name for several generations (the project's VMs called two AMD CPUs
+    "AMD EPYC" whose layer times differed by 30–40%), but not one family and model.
+
+    >>> cpu_model().startswith(cpu_name())
+    True
+    """
+    info = _cpuinfo()
+    parts = [f"{key} {info[key]}" for key in ("cpu family", "model", "stepping") if info.get(key)]
+    return f"{cpu_name()} ({', '.join(parts)})" if parts else cpu_name()
+
+
+def same_cpu(profiled: str) -> bool:
+    """Whether a profile's ``device_name`` describes this machine's CPU: its :func:`cpu_model`, or
+    just its name for profiles recorded before the family and model were."""
+    return profiled in (cpu_model(), cpu_name())

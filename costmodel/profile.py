@@ -33,7 +33,7 @@ import torch
 from costmodel.corunners import CoRunners
 from costmodel.dataset import contention_features, device_features, layer_features, write_rows
 from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device, cpu_name
+from costmodel.hardware import Contention, Device, cpu_model
 from costmodel.layerspecs import LayerSpec, model_layers
 
 __all__ = ["DEFAULT_LEVELS", "ProfileSettings", "Target", "measure_device", "pinned", "profile",
@@ -182,7 +182,7 @@ def measure_device(settings: ProfileSettings) -> Device:
         props = torch.cuda.get_device_properties(gpu)
         name, memory = props.name, props.total_memory
     else:
-        name, memory = cpu_name(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        name, memory = cpu_model(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return Device(id=f"cuda{gpu}" if gpu is not None else "cpu" + "+".join(map(str, settings.cores)),
                   type=settings.device_type if gpu is None else name, memory=memory,
                   peak_flops=2 * n**3 / t_mm, mem_bandwidth=2 * src.numel() * 4 / t_copy,
@@ -204,7 +204,7 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     if not targets:
         raise ValueError("nothing to profile: no target layers")
     device = device or measure_device(settings)
-    fixed = {**device_features(device), "device_name": cpu_name() if settings.gpu is None else device.type,
+    fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
              "torch_version": torch.__version__}
     total, done, written = len(targets) * len(settings.levels), 0, 0

@@ -1,31 +1,63 @@
 """Find a cost model by name: what the CLI's ``--costmodel`` and the service's ``costmodel`` field take.
 
 - ``"analytic"``: the roofline model (no data needed);
-- ``"learned"``: the contention-aware model shipped with pipeplan, trained on a profile of a 2-core
-  x86 CPU VM (``costmodel/data/``; how it was made is in ``costmodel/data/README.md``);
+- ``"learned"``: the contention-aware model shipped for this machine's CPU. pipeplan ships one
+  profile and model per CPU the project's 2-core VMs have had (``costmodel/data/``; how each was
+  made is in ``costmodel/data/README.md``); a CPU with none of its own gets the first, which warns;
+- ``"learned-NAME"``: the shipped model of one CPU, whatever this machine is (``learned-xeon``);
 - anything else: the path of a model file written by ``pipeplan costmodel train``.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
 from costmodel.base import CostModel
 
-__all__ = ["SHIPPED_DATASET", "SHIPPED_MODEL", "load_cost_model", "resolve_model_path"]
+__all__ = ["SHIPPED", "SHIPPED_DATASET", "SHIPPED_MODEL", "Shipped", "load_cost_model", "resolve_model_path",
+           "shipped_for"]
 
 _DATA = Path(__file__).parent / "data"
-SHIPPED_MODEL = _DATA / "learned-cpu.zip"
-SHIPPED_DATASET = _DATA / "profile-cpu.csv"
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """A profile shipped with pipeplan and the model trained on it."""
+
+    name: str  # what ``learned-NAME`` selects
+    cpu: str  # the profiled machine's CPU, as its rows' device_name records it
+    dataset: Path
+    model: Path
+
+
+SHIPPED = (
+    Shipped("xeon", "Intel(R) Xeon(R) Processor", _DATA / "profile-cpu-xeon.csv", _DATA / "learned-cpu-xeon.zip"),
+    Shipped("epyc", "AMD EPYC (cpu family 26, model 2, stepping 1)", _DATA / "profile-cpu-epyc.csv",
+            _DATA / "learned-cpu-epyc.zip"),
+)
+# The fallback for a CPU pipeplan has no profile of (and what the tests train on).
+SHIPPED_MODEL = SHIPPED[0].model
+SHIPPED_DATASET = SHIPPED[0].dataset
+
+
+def shipped_for(cpu: str | None = None) -> Shipped:
+    """The shipped profile of ``cpu`` (a ``device_name``; default: this machine's CPU), or the
+    fallback when there is none."""
+    from costmodel.hardware import same_cpu
+
+    return next((s for s in SHIPPED if (s.cpu == cpu if cpu is not None else same_cpu(s.cpu))), SHIPPED[0])
 
 
 def resolve_model_path(spec: str) -> Path:
-    """The file a learned-model spec names (``"learned"`` is the shipped one)."""
-    path = SHIPPED_MODEL if spec == "learned" else Path(spec)
+    """The file a learned-model spec names (``"learned"``: the shipped one for this CPU)."""
+    named = {f"learned-{s.name}": s.model for s in SHIPPED}
+    path = shipped_for().model if spec == "learned" else named.get(spec, Path(spec))
     if not path.is_file():
-        raise ValueError(f"cost model {spec!r}: no such model file (use 'analytic', 'learned' or the path "
-                         "of a file written by `pipeplan costmodel train`)")
+        raise ValueError(f"cost model {spec!r}: no such model file (use 'analytic', 'learned', "
+                         f"{', '.join(repr(n) for n in named)} or the path of a file written by "
+                         "`pipeplan costmodel train`)")
     return path
 
 

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import logging
 import zipfile
 
+import numpy as np
 import pytest
 
 from costmodel.analytic import RooflineModel
 from costmodel.dataset import read_dataset
-from costmodel.hardware import Contention, Device, cpu_name
+from costmodel.hardware import Contention, Device, cpu_model, cpu_name
 from costmodel.learned import LearnedCostModel, ModelFileError, held_out_split
-from costmodel.registry import SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model
+from costmodel.registry import SHIPPED, SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model, shipped_for
 from costmodel.zoo import capture_model
 from planner.cluster import load_cluster
 
@@ -76,12 +78,14 @@ def test_a_cpu_other_than_the_profiled_one_is_named_in_one_warning(trained, capl
         first = elsewhere.layer_time(layer, cpu)
         elsewhere.layer_time(layer, cpu)
     warned = [r.getMessage() for r in caplog.records if r.name == "costmodel.learned"]
-    assert len(warned) == 1 and "'Some Other CPU 9000'" in warned[0] and repr(cpu_name()) in warned[0]
+    assert len(warned) == 1 and "'Some Other CPU 9000'" in warned[0] and repr(cpu_model()) in warned[0]
     assert first == trained.layer_time(layer, cpu)  # a warning, not another prediction
     caplog.clear()
-    here = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_name()]})
+    here = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_model()]})
+    legacy = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_name()]})  # name only
     with caplog.at_level(logging.WARNING, logger="costmodel.learned"):
         here.layer_time(layer, cpu)
+        legacy.layer_time(layer, cpu)
         here.layer_time(layer, Device(id="g", type="A100-80GB", memory="80GiB", peak_flops="312TFLOPS",
                                       mem_bandwidth="2039GB/s"))
     assert [r for r in caplog.records if r.name == "costmodel.learned"] == []
@@ -100,7 +104,8 @@ def _rewrite_meta(src, dst, change) -> None:
         meta = json.loads(zin.read("meta.json"))
         change(meta)
         zout.writestr("meta.json", json.dumps(meta))
-        zout.writestr("estimators.skops", zin.read("estimators.skops"))
+        for name in ("estimators.skops", "smooth.npz"):
+            zout.writestr(name, zin.read(name))
 
 
 def test_a_model_with_another_feature_set_is_refused(tmp_path) -> None:
@@ -124,8 +129,18 @@ def test_a_file_that_would_build_arbitrary_objects_is_refused(tmp_path) -> None:
     with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(evil, "w") as zout:
         zout.writestr("meta.json", zin.read("meta.json"))
         zout.writestr("estimators.skops", sio.dumps({"main": FunctionTransformer(os.system)}))
+        zout.writestr("smooth.npz", zin.read("smooth.npz"))
     with pytest.raises(ModelFileError, match="refusing to load"):
         LearnedCostModel.load(evil)
+    pickled = tmp_path / "pickled-arrays.zip"
+    buffer = io.BytesIO()
+    np.savez(buffer, ops=np.array([FunctionTransformer(os.system)], dtype=object))
+    with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(pickled, "w") as zout:
+        for name in ("meta.json", "estimators.skops"):
+            zout.writestr(name, zin.read(name))
+        zout.writestr("smooth.npz", buffer.getvalue())
+    with pytest.raises(ModelFileError, match=r"corrupt smooth\.npz"):
+        LearnedCostModel.load(pickled)
     garbage = tmp_path / "garbage.zip"
     garbage.write_bytes(b"not a zip")
     with pytest.raises(ModelFileError, match="not a pipeplan cost-model file"):
@@ -134,13 +149,22 @@ def test_a_file_that_would_build_arbitrary_objects_is_refused(tmp_path) -> None:
 
 def test_registry_names_the_shipped_model_and_refuses_unknown_specs() -> None:
     assert load_cost_model("learned").name == "learned"
-    assert load_cost_model("learned") is load_cost_model(str(SHIPPED_MODEL))
+    assert load_cost_model("learned") is load_cost_model(str(shipped_for().model))
+    assert load_cost_model("learned-xeon") is load_cost_model(str(SHIPPED_MODEL))
     with pytest.raises(ValueError, match="no such model file"):
         load_cost_model("nonsense")
 
 
-def test_the_shipped_model_was_trained_on_the_shipped_dataset(rows) -> None:
-    model = load_cost_model("learned")
-    assert isinstance(model, LearnedCostModel)
-    assert model.meta["rows"] == len(rows)
-    assert set(model.meta["levels"]) == {str(r["contention"]) for r in rows}
+def test_each_shipped_model_was_trained_on_its_dataset_profiled_on_its_cpu_and_is_chosen_there() -> None:
+    for shipped in SHIPPED:
+        model = load_cost_model(f"learned-{shipped.name}")
+        data = read_dataset(shipped.dataset)
+        assert isinstance(model, LearnedCostModel)
+        assert model.meta["rows"] == len(data)
+        assert set(model.meta["levels"]) == {str(r["contention"]) for r in data}
+        assert model.meta["device_names"] == [shipped.cpu]
+        assert {r["device_name"] for r in data} == {shipped.cpu}
+        assert shipped_for(shipped.cpu) is shipped
+        assert set(model.fitted.smooth) >= {"aten.conv2d", "aten.linear", "aten.bmm"}
+    # A CPU with no profile of its own gets the first (and its predictions warn).
+    assert shipped_for("Some Other CPU 9000") is SHIPPED[0]
