@@ -100,9 +100,12 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     console = Console()
     rows = read_dataset(args.data)
+    first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
-                  "configurations (holding out a quarter of the shapes to evaluate first) …")
-    model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval)
+                  f"configurations ({first}about a minute per 4,000 rows)")
+    with console.status("fitting …") as status:
+        model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval,
+                                       progress=lambda phase: status.update(phase + " …"))
     model.save(args.out)
     evaluation = model.meta.get("evaluation")
     if evaluation:

@@ -29,7 +29,7 @@ import json
 import logging
 import math
 import zipfile
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -165,8 +165,13 @@ class LearnedCostModel(CostModel):
 
     # -- training -----------------------------------------------------------------------------------
     @classmethod
-    def train(cls, rows: Sequence[dict[str, Any]], seed: int = 0, evaluate: bool = True) -> LearnedCostModel:
-        """Fit on every row; with ``evaluate``, first measure the error on held-out shapes."""
+    def train(cls, rows: Sequence[dict[str, Any]], seed: int = 0, evaluate: bool = True,
+              progress: Callable[[str], None] | None = None) -> LearnedCostModel:
+        """Fit on every row; with ``evaluate``, first measure the error on held-out shapes.
+
+        ``progress`` hears each phase as it starts (a fit takes about a minute on 8,000 rows and 2
+        cores, most of it the Gaussian processes)."""
+        say = progress or (lambda _: None)
         from costmodel.evaluation import evaluate_split
 
         if not rows:
@@ -181,8 +186,10 @@ class LearnedCostModel(CostModel):
         }
         if evaluate:
             train_idx, test_idx = held_out_split(rows, seed=seed)
+            say(f"fitting on the {len(train_idx)} rows of 3/4 of the shapes, to evaluate on the other 1/4")
             held_out = fit_estimators([rows[i] for i in train_idx], vocabulary, seed)
             meta["evaluation"] = evaluate_split(held_out, vocabulary, [rows[i] for i in test_idx])
+        say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()
         return model
