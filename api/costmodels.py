@@ -29,17 +29,17 @@ class ResolvedCostModel:
     identity: str  # what a plan's key depends on: the name and, for a file, its content
 
 
-def _shipped_names() -> set[str]:
-    from costmodel.registry import SHIPPED
-
-    return {f"learned-{s.name}" for s in SHIPPED}
-
-
 @lru_cache(maxsize=16)
-def _content_hash(path: str, mtime: float) -> str:
-    """The file's SHA-256, read once per version of the file (not once per request)."""
-    del mtime  # part of the cache key only
+def _hash(path: str, version: tuple[int, int, int, int]) -> str:
+    del version  # part of the cache key only
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def _content_hash(path: Path) -> str:
+    """The file's SHA-256, read once per version of the file (not once per request)."""
+    from costmodel.registry import file_version
+
+    return _hash(str(path), file_version(path))
 
 
 class CostModels:
@@ -51,20 +51,21 @@ class CostModels:
     def resolve(self, name: str) -> ResolvedCostModel:
         if name == "analytic":
             return ResolvedCostModel(name, "analytic", "analytic")
-        if name == "learned" or name in _shipped_names():
-            from costmodel.registry import resolve_model_path
+        from costmodel.registry import SHIPPED_NAMES, resolve_model_path
 
+        shipped = ", ".join(repr(n) for n in ["learned", *SHIPPED_NAMES])
+        if name == "learned" or name in SHIPPED_NAMES:  # before the offered files: these names are reserved
             path = resolve_model_path(name)
-            return ResolvedCostModel(name, name, f"{name}@{_content_hash(str(path), path.stat().st_mtime)}")
+            return ResolvedCostModel(name, name, f"{name}@{_content_hash(path)}")
         if self.directory is None:
             raise ApiError(422, f"cost model {name!r}: this service offers only 'analytic' and the shipped "
-                           "'learned' models (no PIPEPLAN_COSTMODEL_DIR is set)", _LOC)
+                           f"models {shipped} (no PIPEPLAN_COSTMODEL_DIR is set)", _LOC)
         path = (self.directory / name).resolve()
         if path.parent != self.directory or not path.is_file():
             offered = sorted(p.name for p in self.directory.iterdir() if p.is_file())
-            raise ApiError(422, f"cost model {name!r}: not 'analytic', 'learned' or one of the offered model files "
-                           f"({', '.join(offered) or 'none'})", _LOC)
-        return ResolvedCostModel(name, str(path), f"{name}@{_content_hash(str(path), path.stat().st_mtime)}")
+            raise ApiError(422, f"cost model {name!r}: not 'analytic', one of {shipped} or one of the offered "
+                           f"model files ({', '.join(offered) or 'none'})", _LOC)
+        return ResolvedCostModel(name, str(path), f"{name}@{_content_hash(path)}")
 
     def load(self, resolved: ResolvedCostModel) -> Any:
         """The cost model object, loaded once per content; its ValueError is a 422."""

@@ -102,7 +102,7 @@ def cmd_train(args: argparse.Namespace) -> None:
     rows = read_dataset(args.data)
     first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
-                  f"configurations ({first}about a minute per 4,000 rows)")
+                  f"configurations ({first}a few minutes for the shipped profiles)")
     with console.status("fitting …") as status:
         model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval,
                                        progress=lambda phase: status.update(phase + " …"))

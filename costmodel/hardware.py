@@ -8,6 +8,7 @@ them and adds the links between devices.
 from __future__ import annotations
 
 import platform
+import re
 from functools import cache
 from pathlib import Path
 from typing import Annotated, Literal
@@ -187,6 +188,16 @@ def cpu_model() -> str:
 
 
 def same_cpu(profiled: str) -> bool:
-    """Whether a profile's ``device_name`` describes this machine's CPU: its :func:`cpu_model`, or
-    just its name for profiles recorded before the family and model were."""
-    return profiled in (cpu_model(), cpu_name())
+    """Whether a profile's ``device_name`` describes this machine's CPU: its :func:`cpu_model` up to
+    the stepping (a revision of the same design), or just its name for profiles recorded before the
+    family and model were.
+
+    >>> same_cpu(cpu_model()) and same_cpu(cpu_name()) and not same_cpu("Some Other CPU 9000")
+    True
+    """
+    return _design(profiled) == _design(cpu_model()) or profiled == cpu_name()
+
+
+def _design(model: str) -> str:
+    """A :func:`cpu_model` string without its stepping."""
+    return re.sub(r", stepping [^,)]*\)$", ")", model)

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from costmodel.base import CostModel
 
-__all__ = ["SHIPPED", "SHIPPED_DATASET", "SHIPPED_MODEL", "Shipped", "load_cost_model", "resolve_model_path",
-           "shipped_for"]
+__all__ = ["SHIPPED", "SHIPPED_DATASET", "SHIPPED_MODEL", "SHIPPED_NAMES", "Shipped", "file_version",
+           "load_cost_model", "resolve_model_path", "shipped_for"]
 
 _DATA = Path(__file__).parent / "data"
 
@@ -37,6 +37,8 @@ SHIPPED = (
     Shipped("epyc", "AMD EPYC (cpu family 26, model 2, stepping 1)", _DATA / "profile-cpu-epyc.csv",
             _DATA / "learned-cpu-epyc.zip"),
 )
+# ``learned-NAME`` → the shipped model it names
+SHIPPED_NAMES = {f"learned-{s.name}": s for s in SHIPPED}
 # The fallback for a CPU pipeplan has no profile of (and what the tests train on).
 SHIPPED_MODEL = SHIPPED[0].model
 SHIPPED_DATASET = SHIPPED[0].dataset
@@ -52,20 +54,27 @@ def shipped_for(cpu: str | None = None) -> Shipped:
 
 def resolve_model_path(spec: str) -> Path:
     """The file a learned-model spec names (``"learned"``: the shipped one for this CPU)."""
-    named = {f"learned-{s.name}": s.model for s in SHIPPED}
-    path = shipped_for().model if spec == "learned" else named.get(spec, Path(spec))
+    shipped = shipped_for() if spec == "learned" else SHIPPED_NAMES.get(spec)
+    path = shipped.model if shipped is not None else Path(spec)
     if not path.is_file():
         raise ValueError(f"cost model {spec!r}: no such model file (use 'analytic', 'learned', "
-                         f"{', '.join(repr(n) for n in named)} or the path of a file written by "
+                         f"{', '.join(repr(n) for n in SHIPPED_NAMES)} or the path of a file written by "
                          "`pipeplan costmodel train`)")
     return path
 
 
+def file_version(path: Path) -> tuple[int, int, int, int]:
+    """What changes whenever a file's content may have: modification and change times (ns), size and
+    inode. The change time cannot be set back by copying tools (``cp -p``, ``rsync -t``)."""
+    st = path.stat()
+    return st.st_mtime_ns, st.st_ctime_ns, st.st_size, st.st_ino
+
+
 @lru_cache(maxsize=8)
-def _load_learned(path: str, mtime: float) -> CostModel:
+def _load_learned(path: str, version: tuple[int, int, int, int]) -> CostModel:
     from costmodel.learned import LearnedCostModel
 
-    del mtime  # part of the cache key only: a retrained file is read again
+    del version  # part of the cache key only: a retrained file is read again
     return LearnedCostModel.load(path)
 
 
@@ -80,4 +89,4 @@ def load_cost_model(spec: str = "analytic") -> CostModel:
     if spec == "analytic":
         return RooflineModel()
     path = resolve_model_path(spec)
-    return _load_learned(str(path.resolve()), path.stat().st_mtime)
+    return _load_learned(str(path.resolve()), file_version(path))

@@ -25,6 +25,7 @@ _EXPORTS = {
     "RunReport": "executor.report",
     "StageReport": "executor.report",
     "report_table": "executor.report",
+    "verdict": "executor.report",
     "run_plan": "executor.run",
     "StageProgram": "executor.stages",
     "split_program": "executor.stages",

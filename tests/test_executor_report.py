@@ -10,7 +10,7 @@ import pytest
 from costmodel.zoo import capture_model
 from executor import PlanMismatchError, RunOptions
 from executor.options import parse_loads, resolve
-from executor.report import build_report, relative_error, report_table
+from executor.report import build_report, relative_error, report_table, verdict
 from planner.plan import Plan
 from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
@@ -55,6 +55,9 @@ def test_report_splits_waiting_into_idle_and_transfer(plan: Plan, cluster: Path)
     assert s1.predicted_at_load is not None and s1.predicted_at_load["compute"] == 0.5
     assert report.to_dict()["format"] == "pipeplan.run"
     assert report_table(report).row_count == 2
+    assert verdict(report) == "outputs not checked"
+    report.check = {"ok": False, "message": "max |diff| 3.0 on batch 0"}
+    assert verdict(report) == "OUTPUTS DIFFER: max |diff| 3.0 on batch 0"
 
 
 def test_relative_error() -> None:

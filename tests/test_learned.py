@@ -168,3 +168,17 @@ def test_each_shipped_model_was_trained_on_its_dataset_profiled_on_its_cpu_and_i
         assert set(model.fitted.smooth) >= {"aten.conv2d", "aten.linear", "aten.bmm"}
     # A CPU with no profile of its own gets the first (and its predictions warn).
     assert shipped_for("Some Other CPU 9000") is SHIPPED[0]
+
+
+@pytest.mark.parametrize(("name", "model", "expected"), [
+    ("AMD EPYC", "AMD EPYC (cpu family 26, model 2, stepping 1)", "epyc"),
+    ("AMD EPYC", "AMD EPYC (cpu family 26, model 2, stepping 4)", "epyc"),  # another revision
+    ("AMD EPYC", "AMD EPYC (cpu family 25, model 17, stepping 1)", "xeon"),  # the other "AMD EPYC": fallback
+    ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 143, stepping 8)", "xeon"),
+])
+def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, expected) -> None:
+    import costmodel.hardware as hardware
+
+    monkeypatch.setattr(hardware, "cpu_name", lambda: name)
+    monkeypatch.setattr(hardware, "cpu_model", lambda: model)
+    assert shipped_for().name == expected
