@@ -109,11 +109,9 @@ def predict_log_time(fitted: Fitted, name: str, x: np.ndarray, ops: Sequence[str
     predicted = fitted.estimators[name].predict(x)
     if name == "main" and fitted.smooth:
         ops_array = np.asarray(ops)
-        for op in sorted(set(ops) & fitted.smooth.keys()):
-            gp = fitted.smooth[op]
+        for op in sorted(set(ops) & fitted.smooth.keys()):  # operators present: rows is never empty
             rows = np.flatnonzero(ops_array == op)
-            if len(rows):
-                predicted[rows] = (1 - SMOOTH_WEIGHT) * predicted[rows] + SMOOTH_WEIGHT * gp.predict(x[rows])
+            predicted[rows] = (1 - SMOOTH_WEIGHT) * predicted[rows] + SMOOTH_WEIGHT * fitted.smooth[op].predict(x[rows])
     return predicted if name == "tree" else predicted + x[:, _BASE]
 
 
@@ -175,9 +173,9 @@ class LearnedCostModel(CostModel):
         ``progress`` hears each phase as it starts (on 2 cores the whole training, evaluation
         included, took 1 min on the 5,572-row Xeon profile and 2.5 min on the 8,092-row EPYC one,
         most of it fitting the Gaussian processes)."""
-        say = progress or (lambda _: None)
         from costmodel.evaluation import evaluate_split
 
+        say = progress or (lambda _: None)
         if not rows:
             raise ValueError("cannot train a cost model on an empty dataset")
         vocabulary = vocabulary_of(rows)
@@ -243,7 +241,7 @@ class LearnedCostModel(CostModel):
         whose CPU is not the one profiled: its times are that CPU's (models made on one of the
         project's CPUs were 32–35% off on the other, measured)."""
         profiled = [n for n in self.meta.get("device_names", []) if n]
-        if device.cores is None or not profiled or any(map(same_cpu, profiled)) or self._warned_cpu:
+        if self._warned_cpu or device.cores is None or not profiled or any(map(same_cpu, profiled)):
             return
         self._warned_cpu = True
         log.warning("cost model %r was profiled on %s, but this machine's CPU is %r: its times for %r "

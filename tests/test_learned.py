@@ -99,22 +99,27 @@ def test_save_and_load_round_trip_predicts_the_same(trained, rows, tmp_path) -> 
     assert loaded.meta["evaluation"]["main"]["overall"] == trained.meta["evaluation"]["main"]["overall"]
 
 
-def _rewrite_meta(src, dst, change) -> None:
-    with zipfile.ZipFile(src) as zin, zipfile.ZipFile(dst, "w") as zout:
+def _shipped_with(dst, **replaced: bytes) -> None:
+    """A copy of the shipped model file with some members (``meta_json=``, ``smooth_npz=``, …) replaced."""
+    with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(dst, "w") as zout:
+        for name in zin.namelist():
+            zout.writestr(name, replaced.get(name.replace(".", "_"), zin.read(name)))
+
+
+def _rewrite_meta(dst, change) -> None:
+    with zipfile.ZipFile(SHIPPED_MODEL) as zin:
         meta = json.loads(zin.read("meta.json"))
-        change(meta)
-        zout.writestr("meta.json", json.dumps(meta))
-        for name in ("estimators.skops", "smooth.npz"):
-            zout.writestr(name, zin.read(name))
+    change(meta)
+    _shipped_with(dst, meta_json=json.dumps(meta).encode())
 
 
 def test_a_model_with_another_feature_set_is_refused(tmp_path) -> None:
     bad = tmp_path / "other-features.zip"
-    _rewrite_meta(SHIPPED_MODEL, bad, lambda m: m["features"].append("log_cache_misses"))
+    _rewrite_meta(bad, lambda m: m["features"].append("log_cache_misses"))
     with pytest.raises(ModelFileError, match="trained on features"):
         LearnedCostModel.load(bad)
     old = tmp_path / "old.zip"
-    _rewrite_meta(SHIPPED_MODEL, old, lambda m: m.update(version=0))
+    _rewrite_meta(old, lambda m: m.update(version=0))
     with pytest.raises(ModelFileError, match="version 0"):
         LearnedCostModel.load(old)
 
@@ -126,19 +131,13 @@ def test_a_file_that_would_build_arbitrary_objects_is_refused(tmp_path) -> None:
     from sklearn.preprocessing import FunctionTransformer
 
     evil = tmp_path / "evil.zip"
-    with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(evil, "w") as zout:
-        zout.writestr("meta.json", zin.read("meta.json"))
-        zout.writestr("estimators.skops", sio.dumps({"main": FunctionTransformer(os.system)}))
-        zout.writestr("smooth.npz", zin.read("smooth.npz"))
+    _shipped_with(evil, estimators_skops=sio.dumps({"main": FunctionTransformer(os.system)}))
     with pytest.raises(ModelFileError, match="refusing to load"):
         LearnedCostModel.load(evil)
     pickled = tmp_path / "pickled-arrays.zip"
     buffer = io.BytesIO()
     np.savez(buffer, ops=np.array([FunctionTransformer(os.system)], dtype=object))
-    with zipfile.ZipFile(SHIPPED_MODEL) as zin, zipfile.ZipFile(pickled, "w") as zout:
-        for name in ("meta.json", "estimators.skops"):
-            zout.writestr(name, zin.read(name))
-        zout.writestr("smooth.npz", buffer.getvalue())
+    _shipped_with(pickled, smooth_npz=buffer.getvalue())
     with pytest.raises(ModelFileError, match=r"corrupt smooth\.npz"):
         LearnedCostModel.load(pickled)
     garbage = tmp_path / "garbage.zip"
