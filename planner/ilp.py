@@ -25,6 +25,7 @@ import logging
 import math
 import os
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,7 @@ __all__ = ["SolverOptions", "solve"]
 log = logging.getLogger(__name__)
 
 _PROGRAM_SHARE = 0.5  # of the time limit, at most, for the stage program before CP-SAT
+_HELD_REACH = 1.25  # exact receipts first assume a bottleneck this far above the bound
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,47 @@ def _devices(problem: Problem, plan: Plan) -> tuple[list[int], list[int]]:
     index = {d: i for i, d in enumerate(problem.devices)}
     owner = plan.assignment()
     return [index[owner[name]] for name in problem.layers], [index[d] for d in plan.device_order()]
+
+
+def _rounds(refine: bool, throughput: bool,
+            now: Callable[[], tuple[int, int | None, StageBound | None]]) -> Iterator[dict[str, Any]]:
+    """The stage program's runs, cheap bounds and plans first, then finer ones; ``now()`` says the
+    bound, the bound that would prove the best plan known (:func:`_needed`) and the last run's
+    result when the next run is due.
+
+    With links that differ between groups of devices (``refine``), the exact receipts of
+    :mod:`planner.ilp_held` come right after the plain runs.  They assume a bottleneck θ a little
+    above the bound (few expanded stages cost less), and raise θ while no chain fits it, up to the
+    best plan known; a chain that fits gives the bound, and θ can raise it no further."""
+
+    def near_best() -> int | None:  # rules out every plan within the gap limit of the best one known
+        needed = now()[1]
+        return None if needed is None else needed - 1
+
+    yield {}
+    yield {"pessimistic": True}
+    if refine and throughput:
+        while (top := near_best()) is not None:
+            theta = min(top, math.ceil(now()[0] * _HELD_REACH))
+            yield {"refined": True, "held": theta}
+            found = now()[2]
+            if theta >= top or found is None or found.dev_of:
+                break
+        yield {"refined": True}
+        yield {"pessimistic": True, "refined": True}
+        yield {"refined": True, "likely": True}
+    if throughput and (last := near_best()) is not None:
+        yield {"refined": refine, "spread": last}
+
+
+def _needed(reached: int, objective: float, gap_limit: float) -> int:
+    """The least bound in ticks that proves a plan of bottleneck ``reached`` ticks (``objective``
+    when its seconds are scaled) within the gap limit: in ticks, as CP-SAT tests it, and in
+    seconds, as the certificate reports it.  The two differ a little, since each term of the ticks
+    is rounded on its own; with no gap limit the ticks decide."""
+    if gap_limit <= 0:
+        return reached
+    return min(reached, max(math.ceil(reached * (1 - gap_limit)), math.ceil(objective * (1 - gap_limit) * (1 + 1e-9))))
 
 
 def _program_plan(problem: Problem, found: StageBound) -> Plan | None:
@@ -125,34 +168,38 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     program = StageProgram.of(problem, costs, classes, reached, deadline)
     lower = 0
 
-    def gap_closed() -> bool:
-        """Whether the incumbent is within the gap limit of the bound, by CP-SAT's own test on the ticks."""
-        if not throughput or program is None or reached is None:
-            return False
-        return reached - lower <= opts.gap_limit * max(1, reached)
+    def needed() -> int | None:
+        """The bound that proves the incumbent (see :func:`_needed`)."""
+        if not throughput or incumbent is None or reached is None:
+            return None
+        return _needed(reached, incumbent.objective_value * costs.scale, opts.gap_limit)
 
+    def gap_closed() -> bool:
+        """Whether the incumbent is within the gap limit of the bound."""
+        return program is not None and (need := needed()) is not None and lower >= need
+
+    found: StageBound | None = None
     if program is not None:
         details.update(ideals=program.ideals, stage_pairs=program.pairs)
         refine = len(set(program.group_of)) > 1  # links differ between groups of devices (hosts)
-        # (pessimistic, refined, spread, likely): cheap bounds and plans first, then finer ones
-        schedule = [(False, False, False, False), (True, False, False, False)]
-        if refine and throughput:
-            schedule += [(False, True, False, False), (True, True, False, False), (False, True, False, True)]
-        if throughput:
-            schedule.append((False, refine, True, False))
-        for pessimistic, refined, spreading, likely in schedule:
+
+        def now() -> tuple[int, int | None, StageBound | None]:
+            return lower, needed(), found
+
+        for step in _rounds(refine, throughput, now):
             if gap_closed():
                 break
-            spread = None
-            if spreading:  # rule out every plan within the gap limit of the best one known (see run())
-                if reached is None:
-                    continue
-                spread = math.ceil(reached * (1 - opts.gap_limit)) - 1
-            found = program.run(pessimistic, refined, spread, deadline, likely)
+            if reached is not None:
+                program.tighten(reached)
+            found = program.run(deadline=deadline, **step)
+            log.debug("stage program %s: %s after %.2fs", step, found and found.bound, time.perf_counter() - started)
             if found is None:
-                break
-            if not pessimistic and not likely:
-                lower = max(lower, found.bound if spread is None else min(found.bound, spread + 1))
+                if time.perf_counter() > deadline:
+                    break
+                continue  # too many expanded stages: the bound so far stands
+            assumed = step.get("spread", step.get("held"))  # a bottleneck at most this: plans above cost more
+            if not step.get("pessimistic") and not step.get("likely"):
+                lower = max(lower, found.bound if assumed is None else min(found.bound, assumed + 1))
             candidate = _program_plan(problem, found) if found.dev_of else None
             if candidate is not None and (incumbent is None
                                           or candidate.objective_value < incumbent.objective_value * (1 - 1e-9)):

@@ -35,14 +35,16 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.ilp_charges import INF as _INF
-from planner.ilp_charges import Charges
-from planner.ilp_ideals import Stages, candidate_stages
+from planner.ilp_charges import Charges, Key
+from planner.ilp_held import HeldStages, HeldTables, held_tables
+from planner.ilp_ideals import ClassStages, Stages, candidate_stages
 from planner.ilp_ticks import Ticks
 from planner.problem import Problem
 
 __all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
 
 MAX_STATES = 4096
+_HELD_CACHE = 30_000_000  # charges of expanded stages kept (int64 entries), then the cache starts over
 
 # (devices used per class, group of the last stage, group promised next, group holding the broadcast
 # layer, stages that have still to receive it, groups of the stages still to come as a bit set)
@@ -74,6 +76,10 @@ class StageProgram:
         self.group_of = self.charges.group_of
         self.n_groups = max(self.group_of) + 1
         self.broadcast = self.charges.broadcast
+        self._held_tables: HeldTables | None = None
+        self._held_limit = -1  # the limit the expanded stages were built with
+        self._held_too_many: int | None = None  # the least limit at which there were too many
+        self._held_costs: dict[tuple[int, Key, bool], np.ndarray] = {}
 
     @classmethod
     def of(cls, problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
@@ -83,6 +89,17 @@ class StageProgram:
         limit = _INF if upper is None else upper
         stages = candidate_stages(problem, costs, classes, limit, deadline)
         return None if stages is None else cls(problem, costs, classes, stages, limit)
+
+    def tighten(self, upper: int) -> None:
+        """Drop the stages that cost more than ``upper``, a known plan's bottleneck: later rounds
+        run faster, and the expanded stages of :mod:`planner.ilp_held` are fewer.  Bounds stay
+        valid: a plan that beats ``upper`` has no such stage."""
+        if upper < self.limit:
+            self.stages = self.charges.stages = self.stages.narrow(upper)
+            self.charges.parts = None
+            self.limit = self.charges.limit = upper
+            self._held_tables, self._held_too_many = None, None
+            self._held_costs.clear()
 
     @property
     def ideals(self) -> int:
@@ -94,9 +111,11 @@ class StageProgram:
 
     # -- the program ------------------------------------------------------------------------------------
 
-    def _moves(self, state: State, mode: str, refined: bool,
-               spread: int | None) -> list[tuple[int, State, tuple[object, ...]]]:
-        """(class, state after, cost key) for each stage that can follow ``state``."""
+    def _moves(self, state: State, mode: str, refined: bool, spread: int | None,
+               held: bool = False) -> list[tuple[int, State, tuple[object, ...]]]:
+        """(class, state after, cost key) for each stage that can follow ``state``; ``held``: the
+        stages know where their receipts come from, so neither the group before nor the broadcast
+        layer is tracked."""
         counts, last, promised, holder, owed, future = state
         used = frozenset(c for c, z in enumerate(counts) if z)
         out: list[tuple[int, State, tuple[object, ...]]] = []
@@ -124,20 +143,21 @@ class StageProgram:
                 left, some_room = self._left(later_left, later_room, mode, spread)
                 # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
                 parts = [("all", -1, -1, -1)]
-                if self.broadcast is not None and holder < 0:  # this stage comes before the layer, or holds it
+                tracked = self.broadcast is not None and not held
+                if tracked and holder < 0:  # this stage comes before the layer, or holds it
                     sends = [(d, d) for d in range(later_room + 1)] if self.charges.count_sends else [(-2, -1)]
                     parts = [("before", -1, -1, -1)] + [("holds", g, o, d) for o, d in sends]
-                elif self.broadcast is not None:
+                elif tracked:
                     parts = [("after", holder, owed, -1)] + ([("reads", holder, owed - 1, -1)] if owed > 0 else [])
                     if owed == -2:  # its sends are not counted
                         parts = [("after", holder, owed, -1), ("reads", holder, owed, -1)]
                 nexts = [h for h in range(self.n_groups) if later >> h & 1] or [-1]  # -1: the last stage
                 for nxt in nexts:
-                    for part, held, still, copies in parts:
+                    for part, holds, still, copies in parts:
                         exact = part == "holds"
-                        out.append((c, (after, g, nxt, held, still, later),
+                        out.append((c, (after, -1 if held else g, nxt, holds, still, later),
                                     (mode, True, last, nxt, used, later_left if exact else left,
-                                     later_room if exact else some_room, spread, part, held, copies)))
+                                     later_room if exact else some_room, spread, part, holds, copies)))
         return out
 
     @staticmethod
@@ -149,7 +169,7 @@ class StageProgram:
         return tuple(min(y, 1) for y in full_left), min(room, 1)
 
     def run(self, pessimistic: bool = False, refined: bool = False, spread: int | None = None,
-            deadline: float | None = None, likely: bool = False) -> StageBound | None:
+            deadline: float | None = None, likely: bool = False, held: int | None = None) -> StageBound | None:
         """The least bottleneck over chains under the lowest (or highest) charges, with a chain.
 
         ``spread`` θ: assume a plan whose bottleneck is at most θ, so that no stage computes more
@@ -160,9 +180,19 @@ class StageProgram:
         ``likely`` (with ``refined``): no bound, a guess at good plans: every receipt and send is
         charged as if it went between neighbouring stages, over their link.
 
-        None when ``time.perf_counter()`` passes ``deadline`` first."""
+        ``held`` θ (with ``refined``): only the stages that cost at most θ, each knowing which group
+        holds each tensor it receives (:mod:`planner.ilp_held`), so that receipts are charged
+        exactly; the stage before and the broadcast layer are not tracked.  As with a spread, the
+        value V bounds only plans whose bottleneck is at most θ: the bound is ``min(V, θ + 1)``.
+
+        None when ``time.perf_counter()`` passes ``deadline`` first, or when ``held`` and the
+        expanded stages are too many."""
         mode = "likely" if likely else "high" if pessimistic else "low"
-        n_ideals, full = self.ideals, self.ideals - 1  # breadth-first: the whole graph comes last
+        tables = None if held is None else self._held(min(held, self.limit), deadline)
+        if held is not None and tables is None:
+            return None
+        n_ideals = self.ideals if tables is None else tables.size
+        full = n_ideals - 1  # breadth-first: the whole graph comes last (its map is empty)
         empty = tuple(0 for _ in self.classes)
         start = np.full(n_ideals, _INF, dtype=np.int64)
         start[0] = 0
@@ -178,13 +208,13 @@ class StageProgram:
         while level:
             following: list[State] = []
             for state in level:
-                for c, target, key in self._moves(state, mode, refined, spread):
+                for c, target, key in self._moves(state, mode, refined, spread, held is not None):
                     if deadline is not None and time.perf_counter() > deadline:
                         return None
-                    cs = self.charges.table(c, key)
+                    cs, cost = self._table(c, key, tables)
                     if not len(cs.src):
                         continue
-                    vals = np.maximum(best[state][cs.src], self.charges.cost(c, key))
+                    vals = np.maximum(best[state][cs.src], cost)
                     mins = np.minimum.reduceat(vals, cs.starts)
                     if mins.min() >= _INF:
                         continue
@@ -206,18 +236,49 @@ class StageProgram:
         cur = full
         while state not in firsts:
             for before, c, key in incoming[state]:
-                cs = self.charges.table(c, key)
+                cs, cost = self._table(c, key, tables)
                 lo, hi = np.searchsorted(cs.dst, cur, side="left"), np.searchsorted(cs.dst, cur, side="right")
-                vals = np.maximum(best[before][cs.src[lo:hi]], self.charges.cost(c, key)[lo:hi])
+                vals = np.maximum(best[before][cs.src[lo:hi]], cost[lo:hi])
                 hits = np.flatnonzero(vals == best[state][cur])
                 if len(hits):
                     frm = int(cs.src[lo + hits[0]])
-                    chain.append((c, frm, cur))
+                    chain.append((c, frm, cur) if tables is None
+                                 else (c, int(tables.ideal_of[frm]), int(tables.ideal_of[cur])))
                     cur, state = frm, before
                     break
             else:  # pragma: no cover - the values were built from these very arrays
                 raise AssertionError("stage program: no chain reaches its own value")
         return self._plan(value, chain[::-1])
+
+    def _held(self, limit: int, deadline: float | None) -> HeldTables | None:
+        """The stages expanded by where their receipts are held, those that cost at most ``limit``
+        (built again only for another limit)."""
+        if self._held_tables is not None and self._held_limit == limit:
+            return self._held_tables
+        if self._held_too_many is not None and limit >= self._held_too_many:
+            return None
+        self._held_tables = held_tables(self.problem, self.stages, self.charges, self.classes, limit, deadline)
+        self._held_limit = limit
+        if self._held_tables is None:  # too many (or out of time: no later round runs then)
+            self._held_too_many = limit
+        self._held_costs.clear()
+        return self._held_tables
+
+    def _table(self, c: int, key: Key, tables: HeldTables | None) -> tuple[ClassStages | HeldStages, np.ndarray]:
+        """The class-c stages a move with this key takes, and their charges."""
+        if tables is None:
+            return self.charges.table(c, key), self.charges.cost(c, key)
+        last = key[3] == -1
+        hs = (tables.last if last else tables.per_class)[c]
+        if (c, key, last) not in self._held_costs:
+            if sum(len(a) for a in self._held_costs.values()) > _HELD_CACHE:
+                self._held_costs.clear()
+            cs = self.stages.per_class[c]
+            send = np.minimum(self.charges.sends(cs, c, key), _INF)[hs.pair]
+            cost = hs.fixed + send if self.serial else np.maximum(hs.fixed, send)
+            cost[cost > self.limit] = _INF
+            self._held_costs[c, key, last] = cost
+        return hs, self._held_costs[c, key, last]
 
     def _plan(self, value: int, chain: list[tuple[int, int, int]]) -> StageBound:
         """The chain's stages on devices (each class's devices in their order), each layer with no

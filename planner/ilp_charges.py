@@ -104,7 +104,7 @@ class Charges:
                   if len(chain) >= 3 and self.between[u].max() > 0]
         self.broadcast = max(chains)[2] if chains and len(set(self.group_of)) > 1 else None
         # The stages split around it, built on first use: only refined runs read them.
-        self._parts: dict[tuple[str, bool], list[ClassStages]] | None = None
+        self.parts: dict[tuple[str, bool], list[ClassStages]] | None = None
         # Its sends are counted exactly only where they add up (serial): the count costs a dimension.
         self.count_sends = self.serial
 
@@ -113,10 +113,10 @@ class Charges:
         must end the plan; with the broadcast layer tracked, only the stages of the key's part."""
         last = bool(key[1]) and key[3] == -1
         if key[8] != "all":
-            if self._parts is None:
+            if self.parts is None:
                 assert self.broadcast is not None
-                self._parts = self.stages.split(self.broadcast)
-            return self._parts[str(key[8]), last][c]
+                self.parts = self.stages.split(self.broadcast)
+            return self.parts[str(key[8]), last][c]
         return self.stages.last[c] if last else self.stages.per_class[c]
 
     def destinations(self, spread: int) -> np.ndarray:
@@ -139,22 +139,32 @@ class Charges:
         return self._spread[spread]
 
     def cost(self, c: int, key: Key) -> np.ndarray:
-        """Ticks charged to each of :meth:`_table`'s stages; ``key`` = (pessimistic, refined, group
-        before, group after (-1: none), classes used before, devices left after in each class (at
-        most 1 unless they matter: with a spread), devices left after in all, spread (see :meth:`run`),
-        part of the stages (see :meth:`_table`), group holding the broadcast layer).
+        """Ticks charged to each of :meth:`table`'s stages; ``key`` = (mode, refined, group before,
+        group after (-1: none), classes used before, devices left after in each class (at most 1
+        unless they matter: with a spread), devices left after in all, spread (see
+        :meth:`StageProgram.run`), part of the stages (see :meth:`table`), group holding the
+        broadcast layer, copies of it sent).
 
         Receipts and sends are summed per stage in parts that depend on few of these (cached), so
         that a new key mostly costs a few additions over the stages."""
         cs = self.table(c, key)
-        if key in cs.cache:
-            return cs.cache[key]
-        mode, refined, before, after, used, left, room, spread, part, holder, copies_b = key
-        assert isinstance(used, frozenset) and isinstance(left, tuple) and isinstance(room, int)
-        assert isinstance(before, int) and isinstance(after, int)
+        if key not in cs.cache:
+            self._keep(cs, key, self.combine(cs.compute, self._receipts(cs, c, key), self.sends(cs, c, key)))
+        return cs.cache[key]
+
+    def combine(self, compute: np.ndarray, recv: np.ndarray, send: np.ndarray) -> np.ndarray:
+        """Stage times from their parts (``_INF`` where one part is, or the time passes the limit)."""
+        recv, send = np.minimum(recv, _INF), np.minimum(send, _INF)
+        cost = compute + recv + send if self.serial else np.maximum(np.maximum(compute, recv), send)
+        cost[cost > self.limit] = _INF
+        return cost
+
+    def _receipts(self, cs: ClassStages, c: int, key: Key) -> np.ndarray:
+        """What each stage is charged for its receipts (see the module docstring)."""
+        mode, refined, before, _, used, _, _, _, part, holder, _ = key
+        assert isinstance(used, frozenset) and isinstance(before, int)
         pessimistic, likely = mode == "high", mode == "likely"
         split_in = bool(refined) and before >= 0
-        split_out = bool(refined) and after >= 0
         recv = np.zeros(len(cs.src), dtype=np.int64)
         spread_in = split_in and not pessimistic and not likely  # see _one_fresh
         if used and not (likely and split_in):
@@ -172,6 +182,15 @@ class Charges:
             holding = self.cross[holder][self.group_of[c]]
             assert holding is not None and self.broadcast is not None
             recv = recv + cs.b_in * holding[self.broadcast]
+        return recv
+
+    def sends(self, cs: ClassStages, c: int, key: Key) -> np.ndarray:
+        """What each of ``cs``'s stages (class c) is charged for its sends under ``key`` (see
+        :meth:`cost`; the group before and the broadcast layer's holder do not matter here)."""
+        mode, refined, _, after, _, left, room, spread, part, _, copies_b = key
+        assert isinstance(left, tuple) and isinstance(room, int) and isinstance(after, int)
+        pessimistic, likely = mode == "high", mode == "likely"
+        split_out = bool(refined) and after >= 0
         remaining = np.asarray(left, dtype=np.int64)
         targets = np.flatnonzero(remaining)
         links = self.between[:, c, targets]  # (layers, classes with a device left)
@@ -212,11 +231,7 @@ class Charges:
         if part == "holds" and cs.b_out is not None and cs.b_fresh is not None:
             assert isinstance(copies_b, int)
             send = send + self._broadcast_sends(cs, c, after, links, remaining[targets], room, copies_b, pessimistic)
-        recv, send = np.minimum(recv, _INF), np.minimum(send, _INF)
-        cost = cs.compute + recv + send if self.serial else np.maximum(np.maximum(cs.compute, recv), send)
-        cost[cost > self.limit] = _INF
-        self._keep(cs, key, cost)
-        return cost
+        return send
 
     def _one_fresh(self, cs: ClassStages, c: int, before: int, used: frozenset[int]) -> np.ndarray:
         """What each class-c stage pays on top of the cheapest links for its receipts, for one of

@@ -131,6 +131,11 @@ class Stages:
                     out[part, last].append(cs.subset(keep & ends, layer))
         return out
 
+    def narrow(self, limit: int) -> Stages:
+        """The same stages without those that compute more than ``limit`` ticks."""
+        kept = [cs.subset(cs.compute <= limit) for cs in self.per_class]
+        return Stages(self.member, self.isolated, kept, self.chains)
+
     @property
     def ideals(self) -> int:
         return len(self.member)

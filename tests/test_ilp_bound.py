@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from planner.baselines import chain_dp
-from planner.ilp import SolverOptions, _interchangeable, solve
+from planner.ilp import SolverOptions, _devices, _interchangeable, solve
 from planner.ilp_bound import StageProgram, stage_bound
 from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
@@ -90,6 +90,31 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
                 assert ev.violation is None or "needs" in ev.violation  # only the dropped workspace can break it
         if high.dev_of and not program.stages.isolated:  # the pessimistic chain costs at most its value
             assert costs.bottleneck(problem, high.dev_of) <= high.bound
+    # exact receipts, over the stages that cost at most θ: bounds plans up to θ; the pessimistic
+    # chain is a real plan again
+    for theta in (optimum + shift * max(1, optimum // 10), program.limit):
+        held = program.run(refined=True, held=theta)
+        assert held is not None and min(held.bound, theta + 1) <= optimum
+        held_high = program.run(pessimistic=True, refined=True, held=theta)
+        assert held_high is not None
+        if held_high.dev_of and not program.stages.isolated:
+            assert costs.bottleneck(problem, held_high.dev_of) <= held_high.bound
+    program.tighten(optimum)  # a known plan's bottleneck: the stages that cost more are dropped
+    for found in (program.run(refined=True), program.run(refined=True, held=optimum)):
+        assert found is not None and found.bound <= optimum
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(problems())
+def test_solve_proves_the_tick_optimum_across_hosts(problem: Problem) -> None:
+    costs = Ticks.of(problem)
+    try:
+        optimum = tick_optimum(problem, costs)
+    except AssertionError:
+        return
+    plan = solve(problem, EXACT)
+    assert plan.certificate.status == "OPTIMAL"
+    assert costs.bottleneck(problem, _devices(problem, plan)[0]) == optimum
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -212,3 +237,28 @@ def test_link_groups_give_one_link_per_pair_of_groups(sizes: list[int], data: st
         if a != b or sizes[a] > 1:  # two distinct devices of these classes
             link = cross[group_of[a]][group_of[b]]
             assert link is not None and np.array_equal(link, between[:, a, b])
+
+
+def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
+    # one layer read by three parallel branches that join again, on 2 + 2 devices of two hosts: the
+    # refined program charges each receipt the cheapest link from any host used before, which is
+    # too low; knowing which host holds each tensor, its bound is the optimum, and proves it
+    edges = [(0, 1, 2_000_000), (0, 2, 2_000_000), (0, 3, 2_000_000),
+             (1, 4, 2_000_000), (2, 4, 2_000_000), (3, 4, 2_000_000)]
+    hosts = [0, 0, 1, 1]
+    bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(4)] for a in range(4)]
+    problem = Problem(graph_of([2_000_000] * 5, edges), cluster_of([1.0] * 4, bw, latency=1e-4), ROOFLINE,
+                      PlanOptions(microbatches=1))
+    costs = Ticks.of(problem)
+    optimum = tick_optimum(problem, costs)
+    program = StageProgram.of(problem, costs, _interchangeable(problem), None)
+    assert program is not None
+    refined = program.run(refined=True)
+    held = program.run(refined=True, held=program.limit)
+    assert refined is not None and held is not None
+    assert refined.bound < 0.8 * optimum and held.bound == optimum
+    plan = solve(problem, EXACT)
+    assert plan.certificate.status == "OPTIMAL" and plan.certificate.details["solver_status"].startswith("not run")
+    assert plan.bottleneck == pytest.approx(brute_force(problem), rel=REL)
+    # the stage of layers 0 and 1 sends once over the slow link and twice over a fast one
+    assert plan.bottleneck == pytest.approx(0.0041 + 2 * 0.0006, rel=1e-3)
