@@ -31,6 +31,7 @@ from planner.problem import Problem
 __all__ = ["MAX_HELD", "HeldStages", "HeldTables", "held_tables"]
 
 MAX_HELD = 6_000_000  # expanded stages over all classes, before the limit drops any
+_CHUNK = 1 << 20  # expanded stages built at once
 
 
 @dataclass
@@ -96,45 +97,61 @@ def held_tables(problem: Problem, stages: Stages, charges: Charges, classes: lis
     listed = np.full((n_ideals, max(most, 1)), -1, dtype=np.int64)
     rows, cols = np.nonzero(front)
     listed[rows, pos[rows, cols]] = cols
-    powers = groups ** np.arange(max(most, 1), dtype=np.int64)
     full = n_ideals - 1
     per_class: list[HeldStages] = []
     for c, cs in enumerate(stages.per_class):
-        if deadline is not None and time.perf_counter() > deadline:
-            return None
         g = charges.group_of[c]
-        n_pairs = len(cs.src)
         # what a receipt costs from each group: weight[j, p, h] for the p-th frontier layer of the
         # stage's start, held by group h (0 where the stage does not read it)
-        weight = np.zeros((n_pairs, max(most, 1), groups), dtype=np.int64)
+        weight = np.zeros((len(cs.src), max(most, 1), groups), dtype=np.int64)
         read = front[cs.src[cs.r_item], cs.r_u]
         r_item, r_u = cs.r_item[read], cs.r_u[read]
         for h in range(groups):
             link = charges.cross[h][g]
             weight[r_item, pos[cs.src[r_item], r_u], h] = INF if link is None else link[r_u]
-        count = size[cs.src]
-        pair = np.repeat(np.arange(n_pairs), count)
-        code = np.arange(len(pair)) - np.repeat(np.cumsum(count) - count, count)  # the start's map, base G
-        recv = np.zeros(len(pair), dtype=np.int64)
-        rest = code.copy()
-        for p in range(most):
-            recv = np.minimum(recv + weight[pair, p, rest % groups], INF)
-            rest //= groups
-        compute = cs.compute[pair]
-        fixed = compute + recv if charges.serial else np.maximum(compute, recv)
-        keep = np.flatnonzero(fixed <= limit)
-        pair, code, recv, fixed = pair[keep], code[keep], recv[keep], fixed[keep]
-        # the map after the stage: the start's group for layers it had, g for the stage's own
-        after = np.zeros(len(pair), dtype=np.int64)
-        start, end = cs.src[pair], cs.dst[pair]
-        for q in range(most):
-            v = listed[end, q]
-            there = v >= 0
-            had = there & stages.member[start, np.maximum(v, 0)]
-            digit = (code // powers[np.where(had, pos[start, np.maximum(v, 0)], 0)]) % groups
-            after += np.where(had, digit, np.where(there, g, 0)) * powers[q]
-        src, dst = base[start] + code, base[end] + after
+        pairs = np.flatnonzero(cs.compute <= limit)
+        # in chunks of about _CHUNK expanded stages, so that memory stays bounded
+        running = np.cumsum(size[cs.src[pairs]])
+        cuts = np.searchsorted(running, np.arange(_CHUNK, running[-1] if len(running) else 0, _CHUNK), "right")
+        parts: list[tuple[np.ndarray, ...]] = []
+        for chunk in np.split(pairs, np.unique(cuts[cuts > 0])):
+            if deadline is not None and time.perf_counter() > deadline:
+                return None
+            parts.append(_expand(chunk, cs.src, cs.dst, cs.compute, weight, size, base, listed, pos, stages.member,
+                                 groups, g, limit, charges.serial))
+        src, dst, pair, recv, fixed = (np.concatenate([part[i] for part in parts]) if parts
+                                       else np.zeros(0, dtype=np.int64) for i in range(5))
         order = np.argsort(dst, kind="stable")
         per_class.append(HeldStages(src[order], dst[order], pair[order], recv[order], fixed[order]))
     last = [hs.subset(ideal_of[hs.dst] == full) for hs in per_class]
     return HeldTables(ideal_of, per_class, last)
+
+
+def _expand(pairs: np.ndarray, src: np.ndarray, dst: np.ndarray, compute: np.ndarray, weight: np.ndarray,
+            size: np.ndarray, base: np.ndarray, listed: np.ndarray, pos: np.ndarray, member: np.ndarray,
+            groups: int, g: int, limit: int, serial: bool) -> tuple[np.ndarray, ...]:
+    """The expanded stages of ``pairs`` (candidate stages of one class, on group g) that fit
+    ``limit``: (start, end, pair, receipts, compute and receipts together)."""
+    count = size[src[pairs]]
+    item = np.repeat(np.arange(len(pairs)), count)
+    code = np.arange(len(item)) - np.repeat(np.cumsum(count) - count, count)  # the start's map, base G
+    pair = pairs[item]
+    recv = np.zeros(len(pair), dtype=np.int64)
+    rest = code.copy()
+    for p in range(weight.shape[1]):
+        recv = np.minimum(recv + weight[pair, p, rest % groups], INF)
+        rest //= groups
+    fixed = compute[pair] + recv if serial else np.maximum(compute[pair], recv)
+    keep = np.flatnonzero(fixed <= limit)
+    pair, code, recv, fixed = pair[keep], code[keep], recv[keep], fixed[keep]
+    # the map after the stage: the start's group for layers it had, g for the stage's own
+    after = np.zeros(len(pair), dtype=np.int64)
+    start, end = src[pair], dst[pair]
+    powers = groups ** np.arange(listed.shape[1], dtype=np.int64)
+    for q in range(listed.shape[1]):
+        v = listed[end, q]
+        there = v >= 0
+        had = there & member[start, np.maximum(v, 0)]
+        digit = (code // powers[np.where(had, pos[start, np.maximum(v, 0)], 0)]) % groups
+        after += np.where(had, digit, np.where(there, g, 0)) * powers[q]
+    return base[start] + code, base[end] + after, pair, recv, fixed
