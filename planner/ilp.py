@@ -5,11 +5,14 @@ A solve has three steps; none changes what the optimum is:
 1. **Warm start**: the best baseline (:func:`planner.baselines.best_baseline`).
 2. **Stage program** (:mod:`planner.ilp_bound`): a dynamic program over the graph's ideals (the
    sets of layers on the first i stages of a plan) gives a lower bound on the bottleneck that no
-   plan beats, and plans near it.  It runs in rounds, cheap ones first (plain link charges, then
-   link groups such as hosts, then an assumed bottleneck), and stops as soon as the best plan
-   known is within ``gap_limit`` of the bound (equal to it in ticks when the limit is 0): that
-   plan is then proven, and returned without CP-SAT.  It gets at most ``_PROGRAM_SHARE`` of the
-   time limit; for the latency objective it only bounds the bottleneck and offers plans.
+   plan beats, and plans near it.  It runs in rounds (:func:`_rounds`), cheap ones first (plain
+   link charges; then, where links differ between hosts, exact receipts from the host that holds
+   each tensor (:mod:`planner.ilp_held`), then link groups, then an assumed bottleneck), and
+   stops as soon as the best plan known is within ``gap_limit`` of the bound (equal to it in
+   ticks when the limit is 0): that plan is then proven, and returned without CP-SAT.  Each plan
+   it finds narrows the candidate stages of the rounds after it.  It gets at most
+   ``_PROGRAM_SHARE`` of the time limit; for the latency objective it only bounds the bottleneck
+   and offers plans.
 3. **CP-SAT** on the model of :mod:`planner.ilp_model` (assignment booleans, a device permutation,
    crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
    known as a complete hint.

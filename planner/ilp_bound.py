@@ -20,6 +20,9 @@ value is ``upper``.
 ``pessimistic`` charges the most instead, so the chain found is a real plan that costs at most the
 value (layers with no edges aside): an upper bound, often meeting the lower one.  ``spread``
 assumes a bottleneck at most θ and so bounds only such plans: the bound is ``min(value, θ + 1)``.
+``held`` θ walks the ideals expanded by the group that holds each tensor in flight
+(:mod:`planner.ilp_held`), over the stages that cost at most θ: every receipt pays its real link,
+and the bound is again ``min(value, θ + 1)``.
 
 The recursion over pairs of ideals is that of Tarnawski et al., "Efficient algorithms for device
 placement of DNN graph operators" (NeurIPS 2020), here with device classes and link-aware charges.
