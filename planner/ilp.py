@@ -93,9 +93,11 @@ def _rounds(refine: bool, throughput: bool,
     result when the next run is due.
 
     With links that differ between groups of devices (``refine``), the exact receipts of
-    :mod:`planner.ilp_held` come right after the plain runs.  They assume a bottleneck θ a little
-    above the bound (few expanded stages cost less), and raise θ while no chain fits it, up to the
-    best plan known; a chain that fits gives the bound, and θ can raise it no further."""
+    :mod:`planner.ilp_held` come right after the plain runs.  They take only the stages whose
+    compute and receipts cost at most θ, a little above the bound (few expanded stages do), and
+    raise θ while every chain of them costs more than θ, up to the best plan known: the bound is
+    then only θ + 1.  A chain that costs at most θ gives the bound, and a larger θ cannot raise it
+    (the stages it adds cost more than that chain)."""
 
     def near_best() -> int | None:  # rules out every plan within the gap limit of the best one known
         needed = now()[1]
@@ -108,7 +110,7 @@ def _rounds(refine: bool, throughput: bool,
             theta = min(top, math.ceil(now()[0] * _HELD_REACH))
             yield {"refined": True, "held": theta}
             found = now()[2]
-            if theta >= top or found is None or found.dev_of:
+            if theta >= top or found is None or found.bound <= theta:
                 break
         yield {"refined": True}
         yield {"pessimistic": True, "refined": True}

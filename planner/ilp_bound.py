@@ -81,8 +81,8 @@ class StageProgram:
         self.broadcast = self.charges.broadcast
         self._held_tables: HeldTables | None = None
         self._held_limit = -1  # the limit the expanded stages were built with
-        self._held_too_many: int | None = None  # the least limit at which there were too many
-        self._held_costs: dict[tuple[int, Key, bool], np.ndarray] = {}
+        self._held_too_many: int | None = None  # the least limit at which there were too many held stages
+        self._held_costs: dict[tuple[object, ...], np.ndarray] = {}
 
     @classmethod
     def of(cls, problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
@@ -94,13 +94,14 @@ class StageProgram:
         return None if stages is None else cls(problem, costs, classes, stages, limit)
 
     def tighten(self, upper: int) -> None:
-        """Drop the stages that cost more than ``upper``, a known plan's bottleneck: later rounds
-        run faster, and the expanded stages of :mod:`planner.ilp_held` are fewer.  Bounds stay
-        valid: a plan that beats ``upper`` has no such stage."""
+        """Drop the stages that compute more than ``upper``, a known plan's bottleneck, and charge
+        any stage above it as impossible: later rounds run faster, and the expanded stages of
+        :mod:`planner.ilp_held` are fewer.  Bounds stay valid: a plan that beats ``upper`` has no
+        such stage."""
         if upper < self.limit:
-            self.stages = self.charges.stages = self.stages.narrow(upper)
-            self.charges.parts = None
-            self.limit = self.charges.limit = upper
+            self.stages = self.stages.narrow(upper)
+            self.charges.narrow(self.stages, upper)
+            self.limit = upper
             self._held_tables, self._held_too_many = None, None
             self._held_costs.clear()
 
@@ -115,10 +116,9 @@ class StageProgram:
     # -- the program ------------------------------------------------------------------------------------
 
     def _moves(self, state: State, mode: str, refined: bool, spread: int | None,
-               held: bool = False) -> list[tuple[int, State, tuple[object, ...]]]:
-        """(class, state after, cost key) for each stage that can follow ``state``; ``held``: the
-        stages know where their receipts come from, so neither the group before nor the broadcast
-        layer is tracked."""
+               exact_receipts: bool = False) -> list[tuple[int, State, tuple[object, ...]]]:
+        """(class, state after, cost key) for each stage that can follow ``state``; with
+        ``exact_receipts`` (held stages) neither the group before nor the broadcast layer is tracked."""
         counts, last, promised, holder, owed, future = state
         used = frozenset(c for c, z in enumerate(counts) if z)
         out: list[tuple[int, State, tuple[object, ...]]] = []
@@ -146,7 +146,7 @@ class StageProgram:
                 left, some_room = self._left(later_left, later_room, mode, spread)
                 # (part of the stages, group holding the broadcast layer, its sends still owed, sends charged)
                 parts = [("all", -1, -1, -1)]
-                tracked = self.broadcast is not None and not held
+                tracked = self.broadcast is not None and not exact_receipts
                 if tracked and holder < 0:  # this stage comes before the layer, or holds it
                     sends = [(d, d) for d in range(later_room + 1)] if self.charges.count_sends else [(-2, -1)]
                     parts = [("before", -1, -1, -1)] + [("holds", g, o, d) for o, d in sends]
@@ -158,7 +158,7 @@ class StageProgram:
                 for nxt in nexts:
                     for part, holds, still, copies in parts:
                         exact = part == "holds"
-                        out.append((c, (after, -1 if held else g, nxt, holds, still, later),
+                        out.append((c, (after, -1 if exact_receipts else g, nxt, holds, still, later),
                                     (mode, True, last, nxt, used, later_left if exact else left,
                                      later_room if exact else some_room, spread, part, holds, copies)))
         return out
@@ -191,6 +191,8 @@ class StageProgram:
         None when ``time.perf_counter()`` passes ``deadline`` first, or when ``held`` and the
         expanded stages are too many."""
         mode = "likely" if likely else "high" if pessimistic else "low"
+        if held is not None and not refined:
+            raise ValueError("held stages need refined=True: the state must promise each stage's group")
         tables = None if held is None else self._held(min(held, self.limit), deadline)
         if held is not None and tables is None:
             return None
@@ -211,7 +213,7 @@ class StageProgram:
         while level:
             following: list[State] = []
             for state in level:
-                for c, target, key in self._moves(state, mode, refined, spread, held is not None):
+                for c, target, key in self._moves(state, mode, refined, spread, exact_receipts=held is not None):
                     if deadline is not None and time.perf_counter() > deadline:
                         return None
                     cs, cost = self._table(c, key, tables)
@@ -260,10 +262,10 @@ class StageProgram:
             return self._held_tables
         if self._held_too_many is not None and limit >= self._held_too_many:
             return None
-        self._held_tables = held_tables(self.problem, self.stages, self.charges, self.classes, limit, deadline)
+        self._held_tables = held_tables(self.problem, self.stages, self.charges, limit, deadline)
         self._held_limit = limit
-        if self._held_tables is None:  # too many (or out of time: no later round runs then)
-            self._held_too_many = limit
+        if self._held_tables is None:  # too many (or out of time, and then no later round runs)
+            self._held_too_many = limit if self._held_too_many is None else min(limit, self._held_too_many)
         self._held_costs.clear()
         return self._held_tables
 
@@ -271,17 +273,16 @@ class StageProgram:
         """The class-c stages a move with this key takes, and their charges."""
         if tables is None:
             return self.charges.table(c, key), self.charges.cost(c, key)
-        last = key[3] == -1
-        hs = (tables.last if last else tables.per_class)[c]
-        if (c, key, last) not in self._held_costs:
+        ends_plan = bool(key[1]) and key[3] == -1  # as Charges.table reads it
+        hs = (tables.last if ends_plan else tables.per_class)[c]
+        mode, refined, _, after, _, left, room, spread, _, _, _ = key
+        sends_key = (c, ends_plan, mode, refined, after, left, room, spread)  # what the sends depend on
+        if sends_key not in self._held_costs:
             if sum(len(a) for a in self._held_costs.values()) > _HELD_CACHE:
                 self._held_costs.clear()
-            cs = self.stages.per_class[c]
-            send = np.minimum(self.charges.sends(cs, c, key), _INF)[hs.pair]
-            cost = hs.fixed + send if self.serial else np.maximum(hs.fixed, send)
-            cost[cost > self.limit] = _INF
-            self._held_costs[c, key, last] = cost
-        return hs, self._held_costs[c, key, last]
+            send = self.charges.sends(tables.stages[c], c, key)[hs.pair]
+            self._held_costs[sends_key] = self.charges.combine(hs.fixed, 0, send)
+        return hs, self._held_costs[sends_key]
 
     def _plan(self, value: int, chain: list[tuple[int, int, int]]) -> StageBound:
         """The chain's stages on devices (each class's devices in their order), each layer with no

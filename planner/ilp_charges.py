@@ -104,7 +104,7 @@ class Charges:
                   if len(chain) >= 3 and self.between[u].max() > 0]
         self.broadcast = max(chains)[2] if chains and len(set(self.group_of)) > 1 else None
         # The stages split around it, built on first use: only refined runs read them.
-        self.parts: dict[tuple[str, bool], list[ClassStages]] | None = None
+        self._parts: dict[tuple[str, bool], list[ClassStages]] | None = None
         # Its sends are counted exactly only where they add up (serial): the count costs a dimension.
         self.count_sends = self.serial
 
@@ -113,10 +113,10 @@ class Charges:
         must end the plan; with the broadcast layer tracked, only the stages of the key's part."""
         last = bool(key[1]) and key[3] == -1
         if key[8] != "all":
-            if self.parts is None:
+            if self._parts is None:
                 assert self.broadcast is not None
-                self.parts = self.stages.split(self.broadcast)
-            return self.parts[str(key[8]), last][c]
+                self._parts = self.stages.split(self.broadcast)
+            return self._parts[str(key[8]), last][c]
         return self.stages.last[c] if last else self.stages.per_class[c]
 
     def destinations(self, spread: int) -> np.ndarray:
@@ -152,7 +152,12 @@ class Charges:
             self._keep(cs, key, self.combine(cs.compute, self._receipts(cs, c, key), self.sends(cs, c, key)))
         return cs.cache[key]
 
-    def combine(self, compute: np.ndarray, recv: np.ndarray, send: np.ndarray) -> np.ndarray:
+    def narrow(self, stages: Stages, limit: int) -> None:
+        """Charge ``stages`` (:meth:`Stages.narrow` of the stages before) from now on, and every
+        stage above ``limit`` as impossible."""
+        self.stages, self.limit, self._parts = stages, limit, None
+
+    def combine(self, compute: np.ndarray, recv: np.ndarray | int, send: np.ndarray) -> np.ndarray:
         """Stage times from their parts (``_INF`` where one part is, or the time passes the limit)."""
         recv, send = np.minimum(recv, _INF), np.minimum(send, _INF)
         cost = compute + recv + send if self.serial else np.maximum(np.maximum(compute, recv), send)

@@ -25,12 +25,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.ilp_charges import INF, Charges
-from planner.ilp_ideals import Stages
+from planner.ilp_ideals import ClassStages, Stages
 from planner.problem import Problem
 
-__all__ = ["MAX_HELD", "HeldStages", "HeldTables", "held_tables"]
+__all__ = ["MAX_HELD", "MAX_HELD_IDEALS", "HeldStages", "HeldTables", "held_tables"]
 
-MAX_HELD = 6_000_000  # expanded stages over all classes, before the limit drops any
+MAX_HELD = 6_000_000  # expanded stages over all classes, of the stages whose compute fits the limit
+MAX_HELD_IDEALS = 100_000  # expanded ideals: the program keeps an array of them per state
 _CHUNK = 1 << 20  # expanded stages built at once
 
 
@@ -40,15 +41,14 @@ class HeldStages:
 
     src: np.ndarray  # expanded ideal the stage starts from
     dst: np.ndarray  # expanded ideal it ends at
-    pair: np.ndarray  # the stage in Stages.per_class[c]: its compute and sends
-    recv: np.ndarray  # its receipts in ticks, exact
-    fixed: np.ndarray  # its compute and receipts together: their max (overlap) or sum (serial)
+    pair: np.ndarray  # the stage in Stages.per_class[c]: its sends
+    fixed: np.ndarray  # its compute and its exact receipts together: their max (overlap) or sum (serial)
 
     def __post_init__(self) -> None:
         self.ends, self.starts = np.unique(self.dst, return_index=True)
 
     def subset(self, keep: np.ndarray) -> HeldStages:
-        return HeldStages(self.src[keep], self.dst[keep], self.pair[keep], self.recv[keep], self.fixed[keep])
+        return HeldStages(self.src[keep], self.dst[keep], self.pair[keep], self.fixed[keep])
 
 
 @dataclass
@@ -56,6 +56,7 @@ class HeldTables:
     ideal_of: np.ndarray  # expanded ideal → ideal
     per_class: list[HeldStages]
     last: list[HeldStages]  # per class, the stages that end the plan
+    stages: list[ClassStages]  # per class, the candidate stages that HeldStages.pair indexes
 
     @property
     def size(self) -> int:
@@ -76,40 +77,59 @@ def _frontiers(problem: Problem, stages: Stages, charges: Charges) -> tuple[np.n
     return front, pos
 
 
-def held_tables(problem: Problem, stages: Stages, charges: Charges, classes: list[list[int]], limit: int,
+@dataclass
+class _Expansion:
+    """What the expansion of every class's stages shares."""
+
+    groups: int
+    size: np.ndarray  # expanded ideals per ideal: groups ** (frontier width)
+    base: np.ndarray  # the first expanded ideal of each ideal
+    listed: np.ndarray  # (ideals, widest frontier): the frontier layers of each ideal in order, -1 after
+    pos: np.ndarray
+    member: np.ndarray
+    links: np.ndarray  # (groups, groups, layers): a receipt from a group into a group; INF where impossible
+    limit: int
+    serial: bool
+
+
+def held_tables(problem: Problem, stages: Stages, charges: Charges, limit: int,
                 deadline: float | None = None) -> HeldTables | None:
     """The expanded stages of every class whose compute and receipts fit ``limit`` (overlap: each
-    of them; serial: their sum); None when there would be more than :data:`MAX_HELD` or
-    ``time.perf_counter()`` passes ``deadline``."""
+    of them; serial: their sum); None when there would be more than :data:`MAX_HELD` of them (or
+    :data:`MAX_HELD_IDEALS` expanded ideals), or ``time.perf_counter()`` passes ``deadline``."""
     groups = max(charges.group_of) + 1
     front, pos = _frontiers(problem, stages, charges)
     width = front.sum(axis=1)
-    most = int(width.max(initial=0))
-    n_ideals = len(width)
-    expanded = sum(float((groups ** width[cs.src[cs.compute <= limit]].astype(np.float64)).sum())
-                   for cs in stages.per_class)
-    if expanded > MAX_HELD:
+    sizes = groups ** width.astype(np.float64)  # floats first: the counts may be huge
+    expanded = sum(float(sizes[cs.src[cs.compute <= limit]].sum()) for cs in stages.per_class)
+    if expanded > MAX_HELD or sizes.sum() > MAX_HELD_IDEALS:
         return None
-    size = groups ** width
-    base = np.concatenate([[0], np.cumsum(size)]).astype(np.int64)
-    ideal_of = np.repeat(np.arange(n_ideals), size)
-    # The frontier layers of each ideal in order, padded with -1.
-    listed = np.full((n_ideals, max(most, 1)), -1, dtype=np.int64)
+    size = sizes.astype(np.int64)
+    n_ideals, most = len(width), max(int(width.max(initial=0)), 1)
+    listed = np.full((n_ideals, most), -1, dtype=np.int64)
     rows, cols = np.nonzero(front)
     listed[rows, pos[rows, cols]] = cols
-    full = n_ideals - 1
+    links = np.zeros((groups, groups, problem.n_layers), dtype=np.int64)
+    for h in range(groups):
+        for g in range(groups):
+            link = charges.cross[h][g]  # None: the group has one device, which cannot send to itself
+            links[h, g] = INF if link is None else link
+    shared = _Expansion(groups, size, np.concatenate([[0], np.cumsum(size)]).astype(np.int64), listed, pos,
+                        stages.member, links, limit, charges.serial)
     per_class: list[HeldStages] = []
-    for c, cs in enumerate(stages.per_class):
+    narrowed: list[ClassStages] = []
+    for c, every in enumerate(stages.per_class):
         g = charges.group_of[c]
-        # what a receipt costs from each group: weight[j, p, h] for the p-th frontier layer of the
-        # stage's start, held by group h (0 where the stage does not read it)
-        weight = np.zeros((len(cs.src), max(most, 1), groups), dtype=np.int64)
-        read = front[cs.src[cs.r_item], cs.r_u]
-        r_item, r_u = cs.r_item[read], cs.r_u[read]
-        for h in range(groups):
-            link = charges.cross[h][g]
-            weight[r_item, pos[cs.src[r_item], r_u], h] = INF if link is None else link[r_u]
-        pairs = np.flatnonzero(cs.compute <= limit)
+        # the stages that can fit: compute, and receipts over the cheapest link into g, within the limit
+        cheapest = links[:, g, :].min(axis=0)
+        least = np.bincount(every.r_item, weights=cheapest[every.r_u].astype(np.float64), minlength=len(every.src))
+        fits = (every.compute + least if charges.serial else np.maximum(every.compute, least)) <= limit
+        cs = every.subset(fits)
+        narrowed.append(cs)
+        read = front[cs.src[cs.r_item], cs.r_u]  # the receipts that depend on the holder
+        by_item = np.argsort(cs.r_item[read], kind="stable")
+        r_item, r_u = cs.r_item[read][by_item], cs.r_u[read][by_item]
+        pairs = np.arange(len(cs.src))
         # in chunks of about _CHUNK expanded stages, so that memory stays bounded
         running = np.cumsum(size[cs.src[pairs]])
         cuts = np.searchsorted(running, np.arange(_CHUNK, running[-1] if len(running) else 0, _CHUNK), "right")
@@ -117,41 +137,52 @@ def held_tables(problem: Problem, stages: Stages, charges: Charges, classes: lis
         for chunk in np.split(pairs, np.unique(cuts[cuts > 0])):
             if deadline is not None and time.perf_counter() > deadline:
                 return None
-            parts.append(_expand(chunk, cs.src, cs.dst, cs.compute, weight, size, base, listed, pos, stages.member,
-                                 groups, g, limit, charges.serial))
-        src, dst, pair, recv, fixed = (np.concatenate([part[i] for part in parts]) if parts
-                                       else np.zeros(0, dtype=np.int64) for i in range(5))
+            lo = int(np.searchsorted(r_item, chunk[0], side="left")) if len(chunk) else 0
+            hi = int(np.searchsorted(r_item, chunk[-1], side="right")) if len(chunk) else 0
+            parts.append(_expand(shared, chunk, cs, g, r_item[lo:hi], r_u[lo:hi]))
+        src, dst, pair, fixed = (np.concatenate([part[i] for part in parts]) if parts
+                                 else np.zeros(0, dtype=np.int64) for i in range(4))
         order = np.argsort(dst, kind="stable")
-        per_class.append(HeldStages(src[order], dst[order], pair[order], recv[order], fixed[order]))
-    last = [hs.subset(ideal_of[hs.dst] == full) for hs in per_class]
-    return HeldTables(ideal_of, per_class, last)
+        per_class.append(HeldStages(src[order], dst[order], pair[order], fixed[order]))
+    ideal_of = np.repeat(np.arange(n_ideals), size)
+    last = [hs.subset(ideal_of[hs.dst] == n_ideals - 1) for hs in per_class]
+    return HeldTables(ideal_of, per_class, last, narrowed)
 
 
-def _expand(pairs: np.ndarray, src: np.ndarray, dst: np.ndarray, compute: np.ndarray, weight: np.ndarray,
-            size: np.ndarray, base: np.ndarray, listed: np.ndarray, pos: np.ndarray, member: np.ndarray,
-            groups: int, g: int, limit: int, serial: bool) -> tuple[np.ndarray, ...]:
-    """The expanded stages of ``pairs`` (candidate stages of one class, on group g) that fit
-    ``limit``: (start, end, pair, receipts, compute and receipts together)."""
-    count = size[src[pairs]]
-    item = np.repeat(np.arange(len(pairs)), count)
-    code = np.arange(len(item)) - np.repeat(np.cumsum(count) - count, count)  # the start's map, base G
-    pair = pairs[item]
-    recv = np.zeros(len(pair), dtype=np.int64)
+def _expand(shared: _Expansion, pairs: np.ndarray, cs: ClassStages, g: int, r_item: np.ndarray,
+            r_u: np.ndarray) -> tuple[np.ndarray, ...]:
+    """The expanded stages of ``pairs`` (ascending candidate stages of one class, on group g) that
+    fit the limit, given the receipts ``r_item``, ``r_u`` of those stages that depend on the
+    holder: (start, end, stage, compute and receipts together)."""
+    groups, size, pos = shared.groups, shared.size, shared.pos
+    local = np.full(int(pairs[-1]) + 1 if len(pairs) else 0, -1, dtype=np.int64)
+    local[pairs] = np.arange(len(pairs))
+    mine = local[r_item] >= 0
+    # reads[j, p]: the layer the stage receives as the p-th of its start's frontier (-1: none)
+    reads = np.full((len(pairs), shared.listed.shape[1]), -1, dtype=np.int64)
+    item, u = local[r_item[mine]], r_u[mine]
+    reads[item, pos[cs.src[pairs[item]], u]] = u
+    count = size[cs.src[pairs]]
+    which = np.repeat(np.arange(len(pairs)), count)
+    code = np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)  # the start's map, base G
+    recv = np.zeros(len(which), dtype=np.int64)
     rest = code.copy()
-    for p in range(weight.shape[1]):
-        recv = np.minimum(recv + weight[pair, p, rest % groups], INF)
+    for p in range(reads.shape[1]):
+        layer = reads[which, p]
+        recv = np.minimum(recv + np.where(layer >= 0, shared.links[rest % groups, g, layer], 0), INF)
         rest //= groups
-    fixed = compute[pair] + recv if serial else np.maximum(compute[pair], recv)
-    keep = np.flatnonzero(fixed <= limit)
-    pair, code, recv, fixed = pair[keep], code[keep], recv[keep], fixed[keep]
+    compute = cs.compute[pairs[which]]
+    fixed = compute + recv if shared.serial else np.maximum(compute, recv)
+    keep = np.flatnonzero(fixed <= shared.limit)
+    pair, code, fixed = pairs[which[keep]], code[keep], fixed[keep]
     # the map after the stage: the start's group for layers it had, g for the stage's own
     after = np.zeros(len(pair), dtype=np.int64)
-    start, end = src[pair], dst[pair]
-    powers = groups ** np.arange(listed.shape[1], dtype=np.int64)
-    for q in range(listed.shape[1]):
-        v = listed[end, q]
+    start, end = cs.src[pair], cs.dst[pair]
+    powers = groups ** np.arange(shared.listed.shape[1], dtype=np.int64)
+    for q in range(shared.listed.shape[1]):
+        v = shared.listed[end, q]
         there = v >= 0
-        had = there & member[start, np.maximum(v, 0)]
+        had = there & shared.member[start, np.maximum(v, 0)]
         digit = (code // powers[np.where(had, pos[start, np.maximum(v, 0)], 0)]) % groups
         after += np.where(had, digit, np.where(there, g, 0)) * powers[q]
-    return base[start] + code, base[end] + after, pair, recv, fixed
+    return shared.base[start] + code, shared.base[end] + after, pair, fixed

@@ -257,6 +257,8 @@ def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
     held = program.run(refined=True, held=program.limit)
     assert refined is not None and held is not None
     assert refined.bound < 0.8 * optimum and held.bound == optimum
+    with pytest.raises(ValueError, match="refined"):  # the state must promise each stage's group
+        program.run(held=program.limit)
     plan = solve(problem, EXACT)
     assert plan.certificate.status == "OPTIMAL" and plan.certificate.details["solver_status"].startswith("not run")
     assert plan.bottleneck == pytest.approx(brute_force(problem), rel=REL)
