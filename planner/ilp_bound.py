@@ -273,7 +273,7 @@ class StageProgram:
         """The class-c stages a move with this key takes, and their charges."""
         if tables is None:
             return self.charges.table(c, key), self.charges.cost(c, key)
-        ends_plan = bool(key[1]) and key[3] == -1  # as Charges.table reads it
+        ends_plan = Charges.ends_plan(key)
         hs = (tables.last if ends_plan else tables.per_class)[c]
         mode, refined, _, after, _, left, room, spread, _, _, _ = key
         sends_key = (c, ends_plan, mode, refined, after, left, room, spread)  # what the sends depend on

@@ -108,10 +108,15 @@ class Charges:
         # Its sends are counted exactly only where they add up (serial): the count costs a dimension.
         self.count_sends = self.serial
 
+    @staticmethod
+    def ends_plan(key: Key) -> bool:
+        """Whether a move with this key is promised to be the last stage (refined, no group next)."""
+        return bool(key[1]) and key[3] == -1
+
     def table(self, c: int, key: Key) -> ClassStages:
         """The class-c stages a move with this cost key may take: a stage promised to be the last
         must end the plan; with the broadcast layer tracked, only the stages of the key's part."""
-        last = bool(key[1]) and key[3] == -1
+        last = self.ends_plan(key)
         if key[8] != "all":
             if self._parts is None:
                 assert self.broadcast is not None

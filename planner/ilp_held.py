@@ -19,6 +19,7 @@ with numpy; the stages whose compute and receipts alone pass the limit are dropp
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass
 
@@ -66,13 +67,10 @@ class HeldTables:
 def _frontiers(problem: Problem, stages: Stages, charges: Charges) -> tuple[np.ndarray, np.ndarray]:
     """``front[i, v]``: layer v is in the frontier of ideal i and costs something to receive on some
     link; ``pos[i, v]``: its place in that frontier (in layer order)."""
-    member = stages.member
-    inside = np.zeros(member.shape, dtype=np.int32)  # consumers of each layer inside each ideal
-    for u, v in problem.edges:
-        inside[:, u] += member[:, v]
-    outdeg = np.array([len(s) for s in problem.succ], dtype=np.int32)
+    rows, cols = stages.frontier
     costly = charges.between.reshape(problem.n_layers, -1).max(axis=1) > 0
-    front = member & (inside < outdeg[None, :]) & costly[None, :]
+    front = np.zeros(stages.member.shape, dtype=bool)
+    front[rows[costly[cols]], cols[costly[cols]]] = True
     pos = np.cumsum(front, axis=1) - 1
     return front, pos
 
@@ -129,17 +127,16 @@ def held_tables(problem: Problem, stages: Stages, charges: Charges, limit: int,
         read = front[cs.src[cs.r_item], cs.r_u]  # the receipts that depend on the holder
         by_item = np.argsort(cs.r_item[read], kind="stable")
         r_item, r_u = cs.r_item[read][by_item], cs.r_u[read][by_item]
-        pairs = np.arange(len(cs.src))
         # in chunks of about _CHUNK expanded stages, so that memory stays bounded
-        running = np.cumsum(size[cs.src[pairs]])
+        running = np.cumsum(size[cs.src])
         cuts = np.searchsorted(running, np.arange(_CHUNK, running[-1] if len(running) else 0, _CHUNK), "right")
+        bounds = [0, *np.unique(cuts[(cuts > 0) & (cuts < len(cs.src))]).tolist(), len(cs.src)]
         parts: list[tuple[np.ndarray, ...]] = []
-        for chunk in np.split(pairs, np.unique(cuts[cuts > 0])):
+        for first, stop in itertools.pairwise(bounds):
             if deadline is not None and time.perf_counter() > deadline:
                 return None
-            lo = int(np.searchsorted(r_item, chunk[0], side="left")) if len(chunk) else 0
-            hi = int(np.searchsorted(r_item, chunk[-1], side="right")) if len(chunk) else 0
-            parts.append(_expand(shared, chunk, cs, g, r_item[lo:hi], r_u[lo:hi]))
+            lo, hi = np.searchsorted(r_item, [first, stop])
+            parts.append(_expand(shared, first, stop, cs, g, r_item[lo:hi], r_u[lo:hi]))
         src, dst, pair, fixed = (np.concatenate([part[i] for part in parts]) if parts
                                  else np.zeros(0, dtype=np.int64) for i in range(4))
         order = np.argsort(dst, kind="stable")
@@ -149,19 +146,16 @@ def held_tables(problem: Problem, stages: Stages, charges: Charges, limit: int,
     return HeldTables(ideal_of, per_class, last, narrowed)
 
 
-def _expand(shared: _Expansion, pairs: np.ndarray, cs: ClassStages, g: int, r_item: np.ndarray,
+def _expand(shared: _Expansion, first: int, stop: int, cs: ClassStages, g: int, r_item: np.ndarray,
             r_u: np.ndarray) -> tuple[np.ndarray, ...]:
-    """The expanded stages of ``pairs`` (ascending candidate stages of one class, on group g) that
-    fit the limit, given the receipts ``r_item``, ``r_u`` of those stages that depend on the
-    holder: (start, end, stage, compute and receipts together)."""
+    """The expanded stages of candidate stages ``first`` to ``stop`` − 1 of one class (on group g)
+    that fit the limit, given those stages' receipts ``r_item``, ``r_u`` that depend on the holder:
+    (start, end, stage, compute and receipts together)."""
     groups, size, pos = shared.groups, shared.size, shared.pos
-    local = np.full(int(pairs[-1]) + 1 if len(pairs) else 0, -1, dtype=np.int64)
-    local[pairs] = np.arange(len(pairs))
-    mine = local[r_item] >= 0
+    pairs = np.arange(first, stop)
     # reads[j, p]: the layer the stage receives as the p-th of its start's frontier (-1: none)
     reads = np.full((len(pairs), shared.listed.shape[1]), -1, dtype=np.int64)
-    item, u = local[r_item[mine]], r_u[mine]
-    reads[item, pos[cs.src[pairs[item]], u]] = u
+    reads[r_item - first, pos[cs.src[r_item], r_u]] = r_u
     count = size[cs.src[pairs]]
     which = np.repeat(np.arange(len(pairs)), count)
     code = np.arange(len(which)) - np.repeat(np.cumsum(count) - count, count)  # the start's map, base G

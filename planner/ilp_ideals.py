@@ -107,6 +107,7 @@ class Stages:
     # before) and the least compute between chain members a and b: any stage that holds both also
     # holds every layer between them, so it computes at least span[a][b].
     chains: dict[int, tuple[list[int], np.ndarray]]
+    frontier: tuple[np.ndarray, np.ndarray]  # (ideal, layer) pairs: the layer is in the ideal and read outside
 
     def __post_init__(self) -> None:
         self.last = [cs.ending_at(self.ideals - 1) for cs in self.per_class]  # the stages that end a plan
@@ -134,7 +135,7 @@ class Stages:
     def narrow(self, limit: int) -> Stages:
         """The same stages without those that compute more than ``limit`` ticks."""
         kept = [cs.subset(cs.compute <= limit) for cs in self.per_class]
-        return Stages(self.member, self.isolated, kept, self.chains)
+        return Stages(self.member, self.isolated, kept, self.chains, self.frontier)
 
     @property
     def ideals(self) -> int:
@@ -302,7 +303,7 @@ def candidate_stages(problem: Problem, costs: Ticks, classes: list[list[int]], l
         per_class.append(ClassStages(src[idx], dst[idx], compute[idx], lr[r], r_u[r], fresh_in[r_pos[r]],
                                      is_max[r_pos[r]], reads_all[idx], ls[s], s_u[s], fresh_out[s_pos[s]], s_count[s],
                                      chain_in[s_pos[s]]))
-    return Stages(member, isolated, per_class, chains)
+    return Stages(member, isolated, per_class, chains, (rows, cols))
 
 
 def _consumer_chains(problem: Problem, least: np.ndarray) -> dict[int, tuple[list[int], np.ndarray]]:
