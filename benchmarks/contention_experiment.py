@@ -69,7 +69,7 @@ def main() -> None:
     last = {}
     for round_ in range(args.rounds):
         for name in ("aware", "blind") if round_ % 2 == 0 else ("blind", "aware"):
-            report = run_plan(plans[name], run_options)
+            report = run_plan(plans[name], options=run_options)
             assert report is not None
             throughput[name].append(report.throughput)
             last[name] = report

@@ -20,7 +20,9 @@ from costmodel.units import parse_bytes, parse_flops, parse_rate
 __all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_model", "cpu_name",
            "same_cpu"]
 
-ContentionKind = Literal["compute", "memory", "mixed"]
+# "tenant": another DNN inference process that launches its work back to back (it never waits
+# for its own kernels), unlike the synthetic co-runners, which synchronise after every operation.
+ContentionKind = Literal["compute", "memory", "mixed", "tenant"]
 
 # A compute-bound co-runner still streams its operands, and a memory-bound one still issues
 # instructions: the weight, relative to a full co-runner, it puts on the *other* resource.
@@ -36,19 +38,23 @@ class Contention(BaseModel):
     """Other work sharing a device, described the way the profiler creates it.
 
     Either by co-runners (``corunners`` processes of a ``kind``: compute-bound dense matmul,
-    memory-bound streaming copies, or a mix) or by measured ``utilization`` (the share of the
+    memory-bound streaming copies, a mix, or ``tenant``: real inference jobs launching back to
+    back), each working ``duty`` of the time, or by measured ``utilization`` (the share of the
     device that others use, 0 ≤ u < 1).  ``Contention()`` is an idle device.
 
     >>> Contention(corunners=1, kind="memory").shares()[1]
     0.5
     >>> Contention(utilization=0.25).shares()
     (0.25, 0.25)
+    >>> Contention(corunners=1, kind="compute", duty=0.5).shares()[0]
+    0.3333333333333333
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     corunners: int = Field(0, ge=0, le=64, description="number of co-running processes")
     kind: ContentionKind = Field("compute", description="character of the co-runners' work")
+    duty: float = Field(1.0, gt=0.0, le=1.0, description="share of the time each co-runner works")
     utilization: float | None = Field(
         None, ge=0.0, lt=1.0, description="measured share of the device used by others"
     )
@@ -57,6 +63,8 @@ class Contention(BaseModel):
     def _one_description(self) -> Contention:
         if self.utilization is not None and self.corunners:
             raise ValueError("give either 'corunners' or 'utilization' for a device's load, not both")
+        if self.utilization is not None and self.duty != 1.0:
+            raise ValueError("'duty' describes co-runners; a measured 'utilization' already is a share of the time")
         return self
 
     @classmethod
@@ -64,15 +72,22 @@ class Contention(BaseModel):
         """Read a load as written on a command line.
 
         ``"idle"`` or ``"0"``; ``"2xmemory"`` (two memory-bound co-runners); ``"1"`` (one
-        compute-bound co-runner); ``"0.3"`` or ``"30%"`` (utilisation).
+        compute-bound co-runner); ``"3xTenant"`` (three inference processes launching back to
+        back); ``"50%compute"`` (one compute co-runner working half of the time; ``"2x50%memory"``
+        for two); ``"0.3"`` or ``"30%"`` (utilisation).
 
         >>> Contention.parse("2xmemory").describe(), Contention.parse("30%").describe()
         ('2×memory', '30% used')
+        >>> Contention.parse("3xTenant").kind, Contention.parse("50%compute").describe()
+        ('tenant', '50%compute')
         """
         t = text.strip().lower().replace("×", "x")
         if t in ("idle", "0", "none"):
             return cls()
         try:
+            duty = re.fullmatch(r"(?:(\d+)x)?([\d.]+)%([a-z]+)", t)
+            if duty:
+                return cls(corunners=int(duty[1] or 1), kind=duty[3], duty=float(duty[2]) / 100.0)
             if t.endswith("%"):
                 return cls(utilization=float(t[:-1]) / 100.0)
             if "x" in t:
@@ -84,7 +99,8 @@ class Contention(BaseModel):
         except ValueError as exc:
             raise ValueError(
                 f"cannot read load {text!r}: use 'idle', a co-runner count with a kind such as "
-                f"'2xmemory' or '1xcompute', or a utilisation such as '0.3' or '30%' ({exc})"
+                f"'2xmemory', '1xcompute' or '2xtenant', a duty-cycled co-runner such as '50%compute', "
+                f"or a utilisation such as '0.3' or '30%' ({exc})"
             ) from None
 
     @property
@@ -95,15 +111,18 @@ class Contention(BaseModel):
         """(compute share, memory-bandwidth share) taken by the other work, each in [0, 1).
 
         n equal co-runners time-share a resource with the layer, so together they hold
-        n / (n + 1) of it; a co-runner of the other kind takes a small cross share.
+        n / (n + 1) of it; a co-runner of the other kind takes a small cross share. A co-runner
+        working ``duty`` of the time counts as ``duty`` of one; a tenant holds both resources.
         """
         if self.utilization is not None:
             return (self.utilization, self.utilization)
-        n = self.corunners
+        n = self.corunners * self.duty
         if n == 0:
             return (0.0, 0.0)
         full = n / (n + 1)
         cross = (n * _CROSS) / (1 + n * _CROSS)
+        if self.kind == "tenant":
+            return (full, full)
         if self.kind == "compute":
             return (full, cross)
         if self.kind == "memory":
@@ -116,6 +135,9 @@ class Contention(BaseModel):
             return f"{self.utilization:.0%} used"
         if self.corunners == 0:
             return "idle"
+        if self.duty != 1.0:
+            count = f"{self.corunners}×" if self.corunners > 1 else ""
+            return f"{count}{self.duty * 100:g}%{self.kind}"
         return f"{self.corunners}×{self.kind}"
 
 
@@ -139,6 +161,10 @@ class Device(BaseModel):
     cores: list[int] | None = Field(
         None, description="CPU cores this device is (for CPU devices): the executor pins to them"
     )
+    gpu: int | None = Field(
+        None, ge=0, le=1023,
+        description="which physical GPU of its host this device is (CUDA index); several devices may name one GPU",
+    )
 
     @model_validator(mode="after")
     def _positive(self) -> Device:
@@ -146,6 +172,8 @@ class Device(BaseModel):
             value = getattr(self, field)
             if not value > 0:
                 raise ValueError(f"device {self.id!r}: {field} must be positive, got {value!r}")
+        if self.cores and self.gpu is not None:
+            raise ValueError(f"device {self.id!r}: give either 'cores' (a CPU device) or 'gpu' (a GPU index), not both")
         return self
 
     def with_load(self, load: Contention) -> Device:

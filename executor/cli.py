@@ -75,7 +75,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=170)
     report: RunReport | None
     try:
-        report = run_plan(args.plan, options)
+        report = run_plan(args.plan, options=options)
     except OutputMismatchError as exc:
         if args.report and isinstance(exc.report, RunReport):
             exc.report.save(args.report)

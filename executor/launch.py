@@ -21,6 +21,7 @@ import pickle
 import signal
 import socket
 import time
+from collections.abc import Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -58,18 +59,20 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _stage_main(rank: int, setup: RunSetup, built: bytes, init_method: str, conn: Connection) -> None:
+def _stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], init_method: str,
+                conn: Connection) -> None:
     """Body of a spawned stage process: run the stage, send ("ok", result) or ("error", failure)."""
     _die_with_parent()
-    from executor.source import import_factory
+    from executor.source import import_registrations
     from executor.worker import Phases, describe_failure, run_stage
-    from planner.plan import Plan
 
     phases = Phases()
     try:
-        # The stage module may call custom operators that the model's factory module registers:
-        # import it before unpickling the module, which looks those operators up.
-        import_factory(Plan.from_dict(setup.plan))
+        # The stage module may call custom operators that the model's package or factory registers
+        # when imported: import them before unpickling the module, which looks those operators up.
+        phases.enter("importing the modules that register the model's operators")
+        import_registrations(modules, setup.plan.get("source"))
+        phases.enter("unpickling the stage")
         result = run_stage(rank, setup, init_method, phases, pickle.loads(built))
         conn.send(("ok", result))
     except BaseException as exc:  # report anything, KeyboardInterrupt included, then exit non-zero
@@ -78,6 +81,23 @@ def _stage_main(rank: int, setup: RunSetup, built: bytes, init_method: str, conn
         conn.close()
         os._exit(1)
     conn.close()
+
+
+def _pickled(build: Any, rebuildable: bool) -> bytes:
+    """``build`` pickled; an unsplit model that cannot be pickled (a class defined in a function,
+    a lambda attribute) is left for the last stage to rebuild from the plan's source."""
+    try:
+        return pickle.dumps(build)
+    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+        if build.model is None:
+            raise RunError(f"a stage module cannot be sent to its process: {exc}") from exc
+        if not rebuildable:
+            raise RunError(f"the model cannot be pickled to the last stage for the output check ({exc}); define "
+                           "its classes at module level, give the plan a factory ('module:function'), or run "
+                           "with --no-check") from exc
+        log.info("the model cannot be pickled (%s); the last stage rebuilds it from the plan's source", exc)
+        build.model, build.rebuild_reference = None, True
+        return pickle.dumps(build)
 
 
 def _context() -> Any:
@@ -100,11 +120,14 @@ def _exit_reason(code: int | None) -> str:
     return f"exited with status {code} without reporting"
 
 
-def spawn(setup: RunSetup, builds: list[Any]) -> list[dict[str, Any]]:
+def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebuildable: bool = True
+          ) -> list[dict[str, Any]]:
     """Run every stage of ``setup`` in its own local process; return rank 0's gathered results.
 
     ``builds[k]`` (an :class:`executor.worker.StageBuild`) is pickled to stage k's process, so no
-    process has to rebuild or export the model again.
+    process has to rebuild or export the model again; ``modules`` are imported there first (they
+    register the custom operators the stages call).  ``rebuildable`` says whether the plan's source
+    can rebuild the model, for a model that cannot be pickled.
     """
     ctx = _context()
     init_method = f"tcp://127.0.0.1:{free_port()}"
@@ -113,8 +136,8 @@ def spawn(setup: RunSetup, builds: list[Any]) -> list[dict[str, Any]]:
     try:
         for rank in range(setup.world_size):
             recv_end, send_end = ctx.Pipe(duplex=False)
-            built = pickle.dumps(builds[rank])
-            proc = ctx.Process(target=_stage_main, args=(rank, setup, built, init_method, send_end),
+            built = _pickled(builds[rank], rebuildable)
+            proc = ctx.Process(target=_stage_main, args=(rank, setup, built, list(modules), init_method, send_end),
                                name=f"pipeplan-stage-{rank}")
             proc.start()
             send_end.close()

@@ -19,7 +19,8 @@ from executor.schedule import SCHEDULES, ScheduleName
 from planner.cluster import Cluster, ClusterError, load_cluster
 from planner.plan import Plan
 
-__all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "parse_loads", "resolve"]
+__all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "Transport", "choose_transport", "parse_loads",
+           "resolve"]
 
 DeviceKind = Literal["auto", "cpu", "cuda"]
 
@@ -73,6 +74,35 @@ class StageSetup:
     cores: tuple[int, ...] | None  # CPU cores to pin to; None: not pinned
     threads: int
     load: str | None  # co-runner load to start on this stage's cores or GPU
+    gpu: int | None = None  # CUDA index on its host; None: the stage computes on CPU cores
+    host: str = "local"  # where it runs: the cluster's host under torchrun, "local" for local processes
+
+    @property
+    def torch_device(self) -> str:
+        return "cpu" if self.gpu is None else f"cuda:{self.gpu}"
+
+
+Transport = Literal["gloo", "nccl"]
+
+
+def choose_transport(stages: Sequence[StageSetup]) -> Transport:
+    """How stage outputs travel: NCCL only when every stage has a GPU of its own.
+
+    NCCL cannot connect two ranks on one GPU, nor a rank without a GPU; any other pipeline uses
+    gloo, and a GPU stage then stages its tensors through host memory (see
+    :attr:`RunSetup.staged`).
+
+    >>> gpu = lambda k, g, host="local": StageSetup(k, f"gpu{k}", None, 1, None, g, host)
+    >>> choose_transport([gpu(0, 0), gpu(1, 1)]), choose_transport([gpu(0, 0), gpu(1, 0)])
+    ('nccl', 'gloo')
+    >>> cpu = StageSetup(1, "cpu0", (0,), 1, None)
+    >>> choose_transport([gpu(0, 0, "a"), gpu(1, 0, "b")]), choose_transport([gpu(0, 0), cpu])
+    ('nccl', 'gloo')
+    """
+    places = [(s.host, s.gpu) for s in stages]
+    if all(gpu is not None for _, gpu in places) and len(set(places)) == len(places):
+        return "nccl"
+    return "gloo"
 
 
 @dataclass(frozen=True)
@@ -82,13 +112,23 @@ class RunSetup:
     plan: dict[str, Any]
     options: RunOptions
     stages: tuple[StageSetup, ...]
-    device_type: Literal["cpu", "cuda"]
     microbatches: int
     cluster: dict[str, Any]
+    notes: tuple[str, ...] = ()  # what the report must say about where the stages really ran
 
     @property
-    def backend(self) -> str:
-        return "nccl" if self.device_type == "cuda" else "gloo"
+    def backend(self) -> Transport:
+        return choose_transport(self.stages)
+
+    @property
+    def device_type(self) -> Literal["cpu", "cuda"]:
+        """"cuda" when any stage computes on a GPU."""
+        return "cuda" if any(s.gpu is not None for s in self.stages) else "cpu"
+
+    @property
+    def staged(self) -> bool:
+        """GPU stages send and receive through host memory (gloo carries CPU tensors only)."""
+        return self.backend == "gloo" and self.device_type == "cuda"
 
     @property
     def world_size(self) -> int:
@@ -116,22 +156,59 @@ def _cluster(plan: Plan, options: RunOptions) -> Cluster:
                                 "cluster spec file with --cluster") from None
 
 
-def _device_type(cluster: Cluster, plan: Plan, wanted: DeviceKind) -> Literal["cpu", "cuda"]:
-    import torch
+def _some(items: Sequence[str]) -> str:
+    return ", ".join(items[:4]) + (f" and {len(items) - 4} more" if len(items) > 4 else "")
 
-    if wanted == "cuda" and not torch.cuda.is_available():
+
+def _place(cluster: Cluster, plan: Plan, wanted: DeviceKind, gpus: int,
+           local: bool) -> tuple[list[int | None], list[str]]:
+    """The CUDA index each stage computes on (None: CPU cores), and notes for the report.
+
+    A device with ``cores`` is CPU cores; one with ``gpu`` is that GPU of its host; any other device
+    is a GPU, numbered in order of first use on its host.  ``--device cpu`` runs everything on CPU
+    cores (noted); ``--device cuda`` puts CPU-core devices on GPUs too.
+    """
+    devices = [cluster.device(s.device) for s in plan.stages]
+    if wanted == "cpu":
+        on_gpus = [f"stage {k} on {d.id}" for k, d in enumerate(devices) if not d.cores]
+        notes = [f"the plan puts {_some(on_gpus)} on GPU devices; --device cpu ran them on CPU cores, so their "
+                 "measured times are not the plan's devices' and the errors compare unlike hardware"] if on_gpus else []
+        return [None] * len(devices), notes
+    if wanted == "cuda" and gpus == 0:
         raise PlanMismatchError("--device cuda: no CUDA device is available here")
-    if wanted != "auto":
-        return wanted
-    cpu_devices = all(cluster.device(s.device).cores for s in plan.stages)
-    return "cuda" if torch.cuda.is_available() and not cpu_devices else "cpu"
+    numbered: dict[tuple[str, str], int] = {}
+    placed: list[int | None] = []
+    for d in devices:
+        if d.cores and wanted != "cuda":
+            placed.append(None)
+        elif d.gpu is not None:
+            placed.append(d.gpu)
+        else:
+            per_host = [key for key in numbered if key[0] == d.host]
+            placed.append(numbered.setdefault((d.host, d.id), len(per_host)))
+    needing = [f"stage {k} on {d.id} ({d.type})" for k, (d, g) in enumerate(zip(devices, placed, strict=True))
+               if g is not None]
+    if needing and gpus == 0:
+        raise PlanMismatchError(
+            f"the plan puts {_some(needing)} on GPUs, but this machine has no CUDA device: run it where those "
+            "GPUs are (or under torchrun there), or pass --device cpu to run it on CPU cores anyway (the report "
+            "then says that the measured times are not those of the plan's devices)")
+    beyond = [f"stage {k} on {d.id} would use GPU {g}" for k, (d, g) in enumerate(zip(devices, placed, strict=True))
+              if g is not None and g >= gpus and (local or d.host == devices[0].host)]
+    if beyond and local:
+        raise PlanMismatchError(
+            f"{_some(beyond)}, but this machine has {gpus} GPU{'s' if gpus != 1 else ''} (0–{gpus - 1}): give the "
+            "devices a 'gpu:' index in the cluster spec (several devices may share one GPU)")
+    return placed, []
 
 
-def resolve(plan: Plan, options: RunOptions) -> RunSetup:
+def resolve(plan: Plan, options: RunOptions, *, gpus: int | None = None, local: bool = True) -> RunSetup:
     """Check ``options`` against ``plan`` and its cluster, and set up every stage.
 
+    ``gpus`` is the number of CUDA devices of this machine (default: what torch sees), ``local``
+    whether the stages run as local processes (rather than under ``torchrun``, across hosts).
     Raises :class:`PlanMismatchError` for a device the cluster lacks, a core this process may not
-    use, or a load on a device no stage runs on.
+    use, a GPU this machine does not have, or a load on a device no stage runs on.
     """
     cluster = _cluster(plan, options)
     devices = [s.device for s in plan.stages]
@@ -145,20 +222,25 @@ def resolve(plan: Plan, options: RunOptions) -> RunSetup:
         if device not in devices:
             raise PlanMismatchError(f"--load names {device!r}, which runs no stage of this plan "
                                     f"(stages run on {', '.join(devices)})")
-    device_type = _device_type(cluster, plan, options.device)
+    if gpus is None:
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    placed, notes = _place(cluster, plan, options.device, gpus, local)
     usable = os.sched_getaffinity(0)
     stages: list[StageSetup] = []
-    for k, device in enumerate(devices):
-        cores = tuple(cluster.device(device).cores or ()) if device_type == "cpu" else ()
+    for k, (device, gpu) in enumerate(zip(devices, placed, strict=True)):
+        cores = tuple(cluster.device(device).cores or ()) if gpu is None else ()
         bad = [c for c in cores if c not in usable]
         if bad:
             raise PlanMismatchError(f"device {device!r} is cores {list(cores)}, but this process may only use "
                                     f"cores {sorted(usable)}")
         load = options.loads.get(device)
-        if load is not None and device_type == "cpu" and not cores:
+        if load is not None and gpu is None and not cores:
             raise PlanMismatchError(f"--load {device}={load}: device {device!r} has no 'cores' in cluster "
                                     f"{cluster.name!r}, so there is nowhere to start its co-runners")
         threads = options.threads or len(cores) or max(1, len(usable) // len(devices))
-        stages.append(StageSetup(k, device, cores or None, threads, load))
+        host = "local" if local else cluster.device(device).host
+        stages.append(StageSetup(k, device, cores or None, threads, load, gpu, host))
     microbatches = options.microbatches or plan.options.microbatches
-    return RunSetup(plan.to_dict(), options, tuple(stages), device_type, microbatches, cluster.to_dict())
+    return RunSetup(plan.to_dict(), options, tuple(stages), microbatches, cluster.to_dict(), tuple(notes))

@@ -224,4 +224,4 @@ def verdict(report: RunReport) -> str:
     check = report.check
     if check is None:
         return "outputs not checked"
-    return "outputs match the unsplit model" if check["ok"] else f"OUTPUTS DIFFER: {check['message']}"
+    return str(check["message"]) if check["ok"] else f"OUTPUTS DIFFER: {check['message']}"

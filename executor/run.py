@@ -3,7 +3,8 @@
 ::
 
     from executor import RunOptions, run_plan
-    report = run_plan("plan.json", RunOptions(batches=8, loads={"cpu1": "1xcompute"}))
+    report = run_plan("plan.json", options=RunOptions(batches=8, loads={"cpu1": "1xcompute"}))
+    report = run_plan(plan, my_module, (example_batch,))      # your own module, no factory needed
     print(report.throughput, [s.error["compute"] for s in report.stages])
 
 Everything that can be checked is checked before a process starts: the plan against the rebuilt
@@ -16,7 +17,11 @@ rank 0 builds the report.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
+
+from torch import nn
 
 from costmodel.graph import ModelGraph
 from costmodel.hardware import Contention
@@ -59,35 +64,43 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
 
 def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:
     at_load, spec, notes = repredict(plan, graph, setup)
-    report = build_report(plan, setup, results, at_load, spec, notes)
+    report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes])
     if report.check is not None and not report.check["ok"]:
         raise OutputMismatchError(f"the pipeline's outputs differ from the unsplit model's: "
                                   f"{report.check['message']}", report)
     return report
 
 
-def run_plan(plan: Plan | str | Path, options: RunOptions | None = None) -> RunReport | None:
+def run_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: Any = None,
+             options: RunOptions | None = None, *, kwargs: Mapping[str, Any] | None = None) -> RunReport | None:
     """Run ``plan`` (a Plan or a plan JSON file) and return the report.
+
+    The model is rebuilt from the plan's source (a zoo name or a factory), or is ``module`` called
+    on ``inputs`` (a tensor or a tuple of positional inputs; ``kwargs`` for keyword inputs): one
+    microbatch, as the plan was made for.
 
     Under ``torchrun`` only rank 0 returns the report; the other ranks return None.  Raises
     :class:`~executor.errors.PlanMismatchError` before starting anything for a plan that cannot run,
     :class:`~executor.errors.StageFailure` naming the stage when one fails, and
     :class:`~executor.errors.OutputMismatchError` when the outputs differ from the unsplit model's.
     """
+    if isinstance(module, RunOptions):
+        raise TypeError("run_plan(plan, module, inputs, options): pass the options as options=RunOptions(...)")
     options = options or RunOptions()
     if not isinstance(plan, Plan):
         plan = Plan.load(plan)
-    setup = resolve(plan, options)
-    rebuilt = rebuild(plan)
-    check_plan(plan, rebuilt.captured.graph)
     env = torchrun_env()
+    setup = resolve(plan, options, local=env is None)
+    rebuilt = rebuild(plan, module, inputs, kwargs)
+    check_plan(plan, rebuilt.captured.graph)
     from executor.worker import Phases, build_stages, describe_failure, run_stage
 
     # Cutting the stages here refuses what cannot cross a stage boundary before anything starts.
     builds = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=env is not None)
     if env is None:
         log.info("running %d stages as local processes (%s)", setup.world_size, setup.backend)
-        return _finish(plan, setup, rebuilt.captured.graph, spawn(setup, builds))
+        rebuildable = module is None
+        return _finish(plan, setup, rebuilt.captured.graph, spawn(setup, builds, rebuilt.modules, rebuildable))
 
     rank, world = env
     if world != setup.world_size:

@@ -1,12 +1,16 @@
 """Rebuild the module a plan was made for, capture it again, and make its input batches.
 
-A plan records how its graph was captured (``Plan.source``: a zoo name or a ``module:function``
-factory, the microbatch size, the granularity and the zoo's build options).  Every stage process
-rebuilds the same module from it with the same seed, so all of them hold the same weights without
-shipping any, and exports it exactly as :func:`costmodel.capture.capture_program` does.
+A plan records how its graph was captured (``Plan.source``: a zoo name or a factory, the microbatch
+size, the granularity, the build options and the dtype; see :mod:`costmodel.source`).  The
+launcher rebuilds the module from it with the same seed and exports it exactly as
+:func:`costmodel.capture.capture_program` does; under ``torchrun`` every stage process does, and
+all of them hold the same weights without shipping any.  A module passed to
+:func:`executor.run_plan` directly is captured as it is instead.
 
-A factory is called as ``factory(batch_size=B)`` after ``torch.manual_seed(seed)`` and returns
-``(module, args)`` (or any object with ``.model`` and ``.args``).
+Custom operators (``torch.library`` ops that a model's package registers when imported, such as
+the MoE grouped matmul of ``transformers``) must exist in every stage process before its stage
+module is unpickled: :func:`registrations` names the Python modules that registered the ones the
+program calls, and :func:`import_registrations` imports them.
 """
 
 from __future__ import annotations
@@ -14,28 +18,38 @@ from __future__ import annotations
 import hashlib
 import importlib
 import logging
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from costmodel.capture import CapturedProgram, CaptureError, capture_program
+from costmodel.source import SourceError, build_source, import_source_module, parse_factory
 from executor.errors import PlanMismatchError
 from planner.plan import Plan
 
-__all__ = ["Rebuilt", "batch_inputs", "import_factory", "rebuild", "source_of_plan", "state_fingerprint"]
+__all__ = ["Rebuilt", "batch_inputs", "import_registrations", "rebuild", "registrations", "source_of_plan",
+           "state_fingerprint"]
 
 log = logging.getLogger(__name__)
+
+# Operator namespaces that torch itself provides: never a user's registration.
+_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d_functional", "_c10d",
+                               "quantized", "_quantized", "higher_order", "profiler", "debugprims", "rngprims",
+                               "inductor", "_dtensor", "_export", "_operator", "mkldnn", "quantized_decomposed"})
 
 
 @dataclass
 class Rebuilt:
-    """The plan's module, one example microbatch, and its capture."""
+    """The plan's module, one example microbatch (positional and keyword inputs), and its capture."""
 
     model: nn.Module
     args: tuple[Any, ...]
     captured: CapturedProgram
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    modules: list[str] = field(default_factory=list)  # Python modules that register its custom operators
 
 
 def source_of_plan(plan: Plan) -> dict[str, Any]:
@@ -47,67 +61,92 @@ def source_of_plan(plan: Plan) -> dict[str, Any]:
     return {"model": plan.model, "zoo": plan.model, "batch_size": plan.batch_size, "granularity": "leaf"}
 
 
-def _factory(path: str) -> Any:
-    module_name, sep, attr = path.partition(":")
-    if not sep or not module_name or not attr:
-        raise PlanMismatchError(f"model factory {path!r}: write it as 'package.module:function'")
-    try:
-        return getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise PlanMismatchError(f"model factory {path!r} cannot be imported: {exc}") from None
+def registrations(program: torch.export.ExportedProgram, model: nn.Module | None = None) -> list[str]:
+    """The Python modules to import so that every operator ``program`` calls is registered.
+
+    A ``torch.library.custom_op`` records the function it wraps, whose module registered it; for an
+    operator defined another way, the modules of the model's classes are the best guess (a package
+    registers its operators when the modeling code is imported).
+    """
+    from torch._library.custom_ops import OPDEFS
+
+    modules: list[str] = []
+    unknown: list[str] = []
+    for node in program.graph.nodes:
+        target = node.target
+        if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
+            continue
+        namespace = target.namespace
+        if namespace in _TORCH_NAMESPACES:
+            continue
+        qualname = target._schema.name  # "ns::op"
+        opdef = OPDEFS.get(qualname)
+        fn = getattr(opdef, "_init_fn", None)
+        if fn is not None and getattr(fn, "__module__", None):
+            modules.append(fn.__module__)
+        else:
+            unknown.append(qualname)
+    if unknown and model is not None:
+        modules += [cls.__module__ for m in model.modules() for cls in type(m).__mro__
+                    if cls.__module__ not in ("builtins", "torch.nn.modules.module")
+                    and not cls.__module__.startswith("torch.")]
+    return list(dict.fromkeys(m for m in modules if m != "__main__"))
 
 
-def import_factory(plan: Plan) -> None:
-    """Import the module of the plan's factory, if any: custom operators it registers must exist in
-    every stage process before a stage module that calls them runs."""
-    factory = (plan.source or {}).get("factory")
+def import_registrations(modules: Sequence[str], source: Mapping[str, Any] | None = None) -> None:
+    """Import the modules that register the custom operators a stage calls, and the plan's factory
+    module (which may register its own), before a stage module that calls them is unpickled."""
+    factory = (source or {}).get("factory")
     if factory:
-        _factory(str(factory))
+        try:
+            import_source_module(parse_factory(str(factory)))
+        except SourceError as exc:
+            raise PlanMismatchError(str(exc)) from None
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            raise PlanMismatchError(f"module {name!r}, which registers custom operators the model calls, cannot "
+                                    f"be imported in a stage process: {exc}") from None
 
 
-def _build(source: dict[str, Any]) -> tuple[nn.Module, tuple[Any, ...]]:
-    from costmodel.zoo import ZooError, build_model
-
-    batch = int(source.get("batch_size", 1))
-    seed = int(source.get("seed", 0))
-    if source.get("factory"):
-        torch.manual_seed(seed)
-        built = _factory(str(source["factory"]))(batch_size=batch)
-        model, args = (built.model, built.args) if hasattr(built, "model") else built
-        if not isinstance(model, nn.Module):
-            raise PlanMismatchError(f"model factory {source['factory']!r} returned {type(model).__name__}, "
-                                    "not (nn.Module, args)")
-        return model.eval(), tuple(args)
-    name = source.get("zoo") or source.get("model")
-    try:
-        built = build_model(str(name), batch, seq_len=source.get("seq_len"),
-                            image_size=source.get("image_size"), seed=seed)
-    except (ZooError, ImportError) as exc:
-        raise PlanMismatchError(f"cannot rebuild the plan's model {name!r}: {exc}") from None
-    return built.model.eval(), built.args
-
-
-def rebuild(plan: Plan) -> Rebuilt:
-    """Build the plan's module and capture it as the planner did.
+def rebuild(plan: Plan, model: nn.Module | None = None, args: Sequence[Any] | None = None,
+            kwargs: Mapping[str, Any] | None = None) -> Rebuilt:
+    """Build the plan's module (or take ``model`` called on ``args``/``kwargs``) and capture it as
+    the planner did.
 
     Raises :class:`PlanMismatchError` when the source cannot be built or exported.
     """
     source = source_of_plan(plan)
-    model, args = _build(source)
+    if model is None:
+        if args is not None or kwargs is not None:
+            raise PlanMismatchError("inputs were given without a module: pass the module too, or neither")
+        try:
+            built = build_source(source)
+        except SourceError as exc:
+            raise PlanMismatchError(f"cannot rebuild the plan's model {plan.model!r}: {exc}") from None
+        model, call_args, call_kwargs = built.model, built.args, built.kwargs
+    else:
+        if args is None:
+            raise PlanMismatchError("a module was given without its example inputs: run_plan(plan, module, inputs)")
+        call_args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
+        call_kwargs = dict(kwargs or {})
+        model.eval()
     try:
-        captured = capture_program(model, args, granularity=str(source.get("granularity", "leaf")),
+        captured = capture_program(model, call_args, call_kwargs,
+                                   granularity=str(source.get("granularity", "leaf")),
                                    name=str(source.get("model", plan.model)))
     except CaptureError as exc:
         raise PlanMismatchError(f"cannot capture the plan's model: {exc}") from None
-    return Rebuilt(model, args, captured)
+    return Rebuilt(model, call_args, captured, call_kwargs, registrations(captured.program, model))
 
 
-def batch_inputs(example: tuple[Any, ...], microbatches: int, seed: int, index: int) -> tuple[Any, ...]:
+def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: int) -> tuple[Any, ...]:
     """Batch ``index`` of the run's stream: ``microbatches`` random microbatches shaped like ``example``.
 
     Floating tensors are normal; integer tensors (token ids) are uniform over the example's range,
-    so every id stays valid for the model's embedding; other values are repeated as they are.
-    Every process that asks for the same batch gets the same tensors.
+    so every id stays valid for the model's embedding; boolean tensors (masks) and other values are
+    repeated as they are.  Every process that asks for the same batch gets the same tensors.
 
     >>> x = batch_inputs((torch.zeros(2, 3),), microbatches=4, seed=0, index=1)[0]
     >>> tuple(x.shape)
@@ -121,13 +160,20 @@ def batch_inputs(example: tuple[Any, ...], microbatches: int, seed: int, index: 
             continue
         shape = (arg.shape[0] * microbatches, *arg.shape[1:])
         if arg.is_floating_point():
-            out.append(torch.randn(shape, generator=gen, dtype=arg.dtype))
-        elif arg.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8):
+            out.append(torch.randn(shape, generator=gen, dtype=torch.float32).to(arg.dtype))
+        elif arg.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8) and arg.numel():
             low, high = int(arg.min()), int(arg.max()) + 1
             out.append(torch.randint(low, high, shape, generator=gen, dtype=arg.dtype))
         else:
             out.append(arg.repeat(microbatches, *([1] * (arg.dim() - 1))))
     return tuple(out)
+
+
+def batch_kwargs(example: Mapping[str, Any], microbatches: int, seed: int, index: int) -> dict[str, Any]:
+    """:func:`batch_inputs` for keyword inputs (drawn after the positional ones' stream, by name)."""
+    keys = sorted(example)
+    values = batch_inputs(tuple(example[k] for k in keys), microbatches, seed + 7919, index)
+    return dict(zip(keys, values, strict=True))
 
 
 def state_fingerprint(captured: CapturedProgram) -> str:

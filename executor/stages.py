@@ -25,6 +25,7 @@ import operator
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 from torch import fx, nn
@@ -33,9 +34,25 @@ from torch.export.graph_signature import InputKind, OutputKind
 from costmodel.capture import CapturedProgram
 from executor.errors import PlanMismatchError
 
-__all__ = ["StageProgram", "split_program"]
+__all__ = ["Boundary", "StageProgram", "split_program"]
 
 _INPUT = -1  # the "stage" that produces the model's inputs
+
+
+class Boundary(NamedTuple):
+    """A tensor a stage receives or returns, as the export traced it: what its buffers are made of.
+
+    Shapes come from the capture, not from running the stage, so a stage is never run on garbage to
+    learn them (an embedding fed uninitialised token ids would index out of range).
+    """
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: torch.dtype
+
+    def empty(self, device: torch.device | str = "meta") -> torch.Tensor:
+        """A contiguous tensor of this shape and dtype: stages send and receive contiguous tensors."""
+        return torch.empty(self.shape, dtype=self.dtype, device=device)
 
 
 @dataclass
@@ -48,6 +65,14 @@ class StageProgram:
     outputs: list[str]  # returned value names, in order (last stage: the model's outputs)
     layers: list[str]
     forwarded: list[str]  # inputs returned unchanged, for later stages: skip connections
+    input_meta: list[Boundary]  # one per input, in order
+    output_meta: list[Boundary]  # one per output, in order
+
+
+def _boundary(node: fx.Node) -> Boundary:
+    val = node.meta.get("val")
+    assert isinstance(val, torch.Tensor), node.name  # checked for every value that crosses a boundary
+    return Boundary(node.name, tuple(int(d) for d in val.shape), val.dtype)
 
 
 def _state(program: torch.export.ExportedProgram) -> tuple[list[fx.Node], dict[str, torch.Tensor]]:
@@ -188,5 +213,7 @@ def split_program(captured: CapturedProgram, stage_layers: Sequence[Sequence[str
         stages.append(StageProgram(
             index=k, module=module, inputs=input_names, outputs=[n.name for n in outputs],
             layers=list(stage_layers[k]),
-            forwarded=[n.name for n in outputs if n.name in set(input_names)]))
+            forwarded=[n.name for n in outputs if n.name in set(input_names)],
+            input_meta=[_boundary(n) for n in inputs if isinstance(n.meta.get("val"), torch.Tensor)],
+            output_meta=[_boundary(n) for n in outputs if isinstance(n.meta.get("val"), torch.Tensor)]))
     return stages

@@ -29,11 +29,13 @@ from torch.distributed.pipelining import PipelineStage
 
 from costmodel.corunners import CoRunners
 from costmodel.hardware import Contention
+from costmodel.source import flat_inputs, kwarg_order
+from executor.check import compare_outputs, tolerance
 from executor.errors import RunError
 from executor.options import RunSetup, StageSetup
 from executor.schedule import TimedSchedule, run_batches
-from executor.source import Rebuilt, batch_inputs, import_factory, rebuild, state_fingerprint
-from executor.stages import split_program
+from executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, state_fingerprint
+from executor.stages import Boundary, split_program
 from executor.validate import check_plan
 from planner.plan import Plan
 
@@ -55,13 +57,20 @@ class Phases:
 
 @dataclass
 class StageBuild:
-    """What one stage process runs: its module, the example microbatch, and, where the outputs are
-    checked, the unsplit model.  ``fingerprint`` digests the weights when each process built its own."""
+    """What one stage process runs: its module and the shapes it sends and receives, the example
+    microbatch, and, where the outputs are checked, the unsplit model.  ``fingerprint`` digests the
+    weights when each process built its own; ``rebuild_reference`` says that the unsplit model
+    could not be pickled and the last stage rebuilds it from the plan's source."""
 
     module: fx.GraphModule
+    input_meta: list[Boundary]
+    output_meta: list[Boundary]
     args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+    kwarg_order: list[str]  # the keyword inputs in the exported program's placeholder order
     model: torch.nn.Module | None
     fingerprint: str | None = None
+    rebuild_reference: bool = False
 
 
 def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = False) -> list[StageBuild]:
@@ -69,7 +78,9 @@ def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = 
     digest = state_fingerprint(rebuilt.captured) if fingerprint else None
     programs = split_program(rebuilt.captured, [s.layers for s in plan.stages])
     last = len(programs) - 1
-    return [StageBuild(p.module, rebuilt.args, rebuilt.model if check and k == last else None, digest)
+    order = kwarg_order(rebuilt.kwargs, rebuilt.captured.program.call_spec.in_spec)
+    return [StageBuild(p.module, p.input_meta, p.output_meta, rebuilt.args, rebuilt.kwargs, order,
+                       rebuilt.model if check and k == last else None, digest)
             for k, p in enumerate(programs)]
 
 
@@ -78,17 +89,30 @@ class ForwardError(RuntimeError):
 
 
 class _Guarded(torch.nn.Module):
-    """Marks exceptions raised by the stage's module, so the launcher can blame the right stage."""
+    """Runs the stage's module on its compute device and hands back contiguous tensors.
 
-    def __init__(self, module: torch.nn.Module) -> None:
+    Exceptions raised by the module are marked, so the launcher can blame the right stage.  Outputs
+    are made contiguous because point-to-point transports send only contiguous tensors (a
+    transposed or expanded activation at a cut would end the run).  With ``staged``, inputs arrive
+    in host memory and outputs leave through it (gloo carries CPU tensors only).
+    """
+
+    def __init__(self, module: torch.nn.Module, compute: torch.device, staged: bool, last: bool) -> None:
         super().__init__()
         self.module = module
+        self.compute = compute
+        self.staged = staged
+        self.last = last
 
     def forward(self, *args: Any) -> Any:
+        if self.staged:
+            args = tuple(a.to(self.compute, non_blocking=True) if isinstance(a, torch.Tensor) else a for a in args)
         try:
-            return self.module(*args)
+            out = self.module(*args)
         except Exception as exc:
             raise ForwardError(f"{type(exc).__name__}: {exc}") from exc
+        leave = torch.device("cpu") if self.staged and not self.last else None
+        return tuple(t.contiguous() if leave is None else t.to(leave).contiguous() for t in out)
 
 
 def pin(stage: StageSetup) -> None:
@@ -100,13 +124,16 @@ def pin(stage: StageSetup) -> None:
         torch.set_num_interop_threads(1)
 
 
-def _device(setup: RunSetup) -> torch.device:
-    if setup.device_type == "cuda":
-        local = int(os.environ.get("LOCAL_RANK", 0))
-        index = local % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+def _devices(setup: RunSetup, stage: StageSetup) -> tuple[torch.device, torch.device]:
+    """(where the stage computes, where its sends and receives live)."""
+    if stage.gpu is None:
+        return torch.device("cpu"), torch.device("cpu")
+    if stage.gpu >= torch.cuda.device_count():
+        raise RunError(f"stage {stage.index} on {stage.device} needs GPU {stage.gpu}, but this host has "
+                       f"{torch.cuda.device_count()}")
+    torch.cuda.set_device(stage.gpu)
+    compute = torch.device("cuda", stage.gpu)
+    return compute, (torch.device("cpu") if setup.staged else compute)
 
 
 def _agree(fingerprint: str | None, ctrl: dist.ProcessGroup | None) -> float:
@@ -126,32 +153,46 @@ def _agree(fingerprint: str | None, ctrl: dist.ProcessGroup | None) -> float:
     return float(epoch[0])
 
 
-def _check(built: StageBuild, setup: RunSetup, outputs: list[Any]) -> dict[str, Any]:
-    """Compare the pipeline's outputs with the unsplit module run on the same microbatches."""
-    m = setup.microbatches
-    worst = 0.0
-    assert built.model is not None
-    for b, got in enumerate(outputs):
-        args = batch_inputs(built.args, m, setup.options.seed, setup.options.warmup + b)
-        chunks = list(zip(*(a.chunk(m) if isinstance(a, torch.Tensor) else [a] * m for a in args), strict=True))
+def _check(built: StageBuild, setup: RunSetup, plan: Plan, device: torch.device,
+           outputs: list[Any]) -> dict[str, Any]:
+    """Compare the pipeline's outputs with the unsplit module run on the same microbatches, on the
+    last stage's device and in its dtype."""
+    model = built.model
+    if model is None:
+        model = rebuild(plan).model
+    model = model.to(device)
+    m, seed = setup.microbatches, setup.options.seed
+    dtypes = [b.dtype for b in built.output_meta if b.dtype.is_floating_point] or [torch.float32]
+    convolutions = any(isinstance(mod, torch.nn.modules.conv._ConvNd) for mod in model.modules())
+    tol, basis = tolerance(max(dtypes, key=lambda d: torch.finfo(d).eps), device.type,
+                           convolutions=convolutions)
+
+    def reference(b: int) -> list[torch.Tensor]:
+        index = setup.options.warmup + b
+        args = batch_inputs(built.args, m, seed, index)
+        kwargs = batch_kwargs(built.kwargs, m, seed, index)
+        def part(value: Any, i: int) -> Any:
+            return value.chunk(m)[i].to(device) if isinstance(value, torch.Tensor) and value.dim() else value
+
+        split = [torch.utils._pytree.tree_map(lambda a, i=i: part(a, i), (args, kwargs)) for i in range(m)]
         with torch.no_grad():
-            ref = [torch.utils._pytree.tree_leaves(built.model(*chunk)) for chunk in chunks]
-        expected = [torch.cat([r[i] for r in ref]) for i in range(len(ref[0]))]
-        got_leaves = [t.cpu() for t in torch.utils._pytree.tree_leaves(got)]
-        if len(got_leaves) != len(expected):
-            return {"ok": False, "message": f"batch {b}: the pipeline returned {len(got_leaves)} outputs, "
-                    f"the model {len(expected)}", "max_abs_diff": None, "batches": len(outputs)}
-        for i, (g, e) in enumerate(zip(got_leaves, expected, strict=True)):
-            try:
-                torch.testing.assert_close(g, e)
-            except AssertionError as exc:
-                first = str(exc).strip().splitlines()[0]
-                return {"ok": False, "message": f"batch {b}, output {i}: {first}", "max_abs_diff": None,
-                        "batches": len(outputs)}
-            if g.is_floating_point():
-                worst = max(worst, float((g - e).abs().max()) if g.numel() else 0.0)
-    return {"ok": True, "message": "outputs match the unsplit model", "max_abs_diff": worst,
-            "batches": len(outputs)}
+            ref = [[t for t in torch.utils._pytree.tree_leaves(model(*a, **k)) if isinstance(t, torch.Tensor)]
+                   for a, k in split]
+        return [torch.cat([r[i] for r in ref]) for i in range(len(ref[0]))]
+
+    return compare_outputs(outputs, reference, tol=tol, basis=basis).as_dict()
+
+
+def _batches(built: StageBuild, setup: RunSetup, device: torch.device) -> list[tuple[Any, ...]]:
+    """The run's input batches for stage 0, flattened as the exported program takes them."""
+    options, m = setup.options, setup.microbatches
+    batches = []
+    for b in range(options.warmup + options.batches):
+        args = batch_inputs(built.args, m, options.seed, b)
+        kwargs = batch_kwargs(built.kwargs, m, options.seed, b)
+        flat = flat_inputs(args, kwargs, built.kwarg_order)
+        batches.append(tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in flat))
+    return batches
 
 
 def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
@@ -165,8 +206,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
     options = setup.options
     plan = Plan.from_dict(setup.plan)
     pin(stage)
-    device = _device(setup)
-    import_factory(plan)
+    compute, wire = _devices(setup, stage)
     if built is None:
         phases.enter("rebuilding the model")
         rebuilt = rebuild(plan)
@@ -179,21 +219,20 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
     try:
         ctrl = dist.new_group(backend="gloo") if setup.backend != "gloo" else None
         epoch = _agree(built.fingerprint, ctrl)
-        sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
-        module = _Guarded(built.module.to(device))
-        pipe_stage = PipelineStage(module, rank, setup.world_size, device)
+        sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
+        last = rank == setup.world_size - 1
+        module = _Guarded(built.module.to(compute), compute, setup.staged, last)
+        # Static shapes from the capture: PipelineStage then never runs a stage to infer them.
+        pipe_stage = PipelineStage(module, rank, setup.world_size, wire,
+                                   input_args=tuple(b.empty() for b in built.input_meta),
+                                   output_args=tuple(b.empty() for b in built.output_meta))
         schedule = TimedSchedule(pipe_stage, setup.microbatches, schedule=options.schedule,
                                  in_flight=options.in_flight, clock=lambda: time.perf_counter() - epoch,
                                  sync=sync)
         total = options.warmup + options.batches
-        batches: list[tuple[Any, ...]] = [()] * total
-        if rank == 0:
-            batches = [tuple(a.to(device) if isinstance(a, torch.Tensor) else a
-                             for a in batch_inputs(built.args, setup.microbatches, options.seed, b))
-                       for b in range(total)]
+        batches = _batches(built, setup, compute) if rank == 0 else [()] * total
         keep = options.check_batches if rank == setup.world_size - 1 else 0
-        load = (CoRunners(Contention.parse(stage.load), cores=stage.cores,
-                          gpu=device.index if device.type == "cuda" else None)
+        load = (CoRunners(Contention.parse(stage.load), cores=stage.cores, gpu=stage.gpu)
                 if stage.load else contextlib.nullcontext())
         if stage.load:
             phases.enter(f"starting co-runners ({stage.load})")
@@ -217,7 +256,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                 phases.current = f"{action} microbatch {mb} of {kind} {batch}"
             raise
         phases.enter("checking the outputs against the unsplit model")
-        check = _check(built, setup, outputs) if keep else None
+        check = _check(built, setup, plan, compute, outputs) if keep else None
         result = {"stage": rank, "device": stage.device, "host": socket.gethostname(), "pid": os.getpid(),
                   "cores": list(stage.cores or []), "threads": torch.get_num_threads(), "corunners": corunners,
                   "start": start, "end": end, "cpu": cpu, "timings": [t.as_row() for t in schedule.timings],

@@ -24,8 +24,8 @@ PLAN_VERSION = 1
 
 
 # Graph metadata that, with the graph's model, batch size and granularity, rebuilds the captured
-# module: "zoo" (a zoo name) or "factory" ("module:function"), and the zoo's build options.
-_SOURCE_META = ("zoo", "factory", "seed", "seq_len", "image_size")
+# module: "zoo" (a zoo name) or "factory" ("module:function"), the build options and the dtype.
+_SOURCE_META = ("zoo", "factory", "seed", "seq_len", "image_size", "dtype")
 
 
 def source_of(graph: ModelGraph) -> dict[str, Any]:

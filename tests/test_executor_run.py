@@ -74,7 +74,7 @@ def test_residuals_cross_three_stages_1f1b(clusters: dict[int, Path]) -> None:
     # Cut inside the first block: its shortcut (the stem's output) skips stage 1 to reach the add in stage 2.
     plan = plan_with_cuts(graph, clusters[3], ["blocks.0.bn1", "blocks.0.conv2"])
     assert any(_forwarded(plan)[1])
-    report = run_plan(plan, _options(clusters[3], schedule="1f1b"))
+    report = run_plan(plan, options=_options(clusters[3], schedule="1f1b"))
     assert report is not None and report.check is not None and report.check["ok"]
     assert [s.index for s in report.stages] == [0, 1, 2]
     assert report.stages[1].measured["recv"] >= 0 and report.stages[2].measured["idle"] >= 0
@@ -86,7 +86,7 @@ def test_attention_residuals_four_stages_ilp(clusters: dict[int, Path]) -> None:
                  SolverOptions(time_limit=5, workers=1, seed=0))
     if len(plan.stages) < 3:  # the ILP may leave devices empty; cut by hand then
         plan = plan_with_cuts(graph, clusters[4], ["blocks.0.attn.qkv", "blocks.1.ln2", "blocks.3.ln1"])
-    report = run_plan(plan, _options(clusters[4]))
+    report = run_plan(plan, options=_options(clusters[4]))
     assert report is not None and report.check is not None and report.check["ok"]
     assert len(report.stages) == len(plan.stages) >= 3
 
@@ -95,7 +95,7 @@ def test_branches_joined_by_concat(clusters: dict[int, Path]) -> None:
     graph = capture_model("inception", 2)
     plan = plan_with_cuts(graph, clusters[3], ["inceptions.0.b5.0.0", "inceptions.0.bp.0"])
     assert any(_forwarded(plan)[1])
-    report = run_plan(plan, _options(clusters[3]))
+    report = run_plan(plan, options=_options(clusters[3]))
     assert report is not None and report.check is not None and report.check["ok"]
 
 
@@ -109,7 +109,7 @@ def test_a_stage_that_raises_ends_the_run_naming_it(clusters: dict[int, Path]) -
     plan = plan_with_cuts(graph, clusters[3], ["boom", "c"])
     start = time.monotonic()
     with pytest.raises(StageFailure, match=r"stage 1 on cpu1 failed: RuntimeError: ZeroDivisionError") as info:
-        run_plan(plan, _options(clusters[3]))
+        run_plan(plan, options=_options(clusters[3]))
     assert info.value.stage == 1 and "microbatch 0 of warm-up batch 0" in str(info.value)
     assert time.monotonic() - start < 60
     assert not multiprocessing.active_children()
@@ -132,9 +132,9 @@ def test_bad_plans_are_refused_before_any_process_starts(clusters: dict[int, Pat
                                                                     "rebuilds 'rescnn'")]
     for bad, message in cases:
         with pytest.raises(PlanMismatchError, match=message):
-            run_plan(bad, _options(clusters[2]))
+            run_plan(bad, options=_options(clusters[2]))
     with pytest.raises(PlanMismatchError, match="--load names 'gpu0'"):
-        run_plan(plan, _options(clusters[2], loads={"gpu0": "1xcompute"}))
+        run_plan(plan, options=_options(clusters[2], loads={"gpu0": "1xcompute"}))
     assert not multiprocessing.active_children()
 
 
@@ -145,7 +145,7 @@ def test_old_plan_without_source_runs_as_its_zoo_model(clusters: dict[int, Path]
     doc = plan.to_dict()
     del doc["source"]
     (tmp_path / "old.json").write_text(json.dumps(doc))
-    report = run_plan(tmp_path / "old.json", _options(clusters[2], batches=1))
+    report = run_plan(tmp_path / "old.json", options=_options(clusters[2], batches=1))
     assert report is not None and len(report.stages) == 1 and report.check is not None and report.check["ok"]
 
 
@@ -159,7 +159,7 @@ def test_a_stage_that_hangs_ends_the_run_by_timeout(clusters: dict[int, Path]) -
     plan = plan_with_cuts(graph, clusters[2], ["boom"])
     start = time.monotonic()
     with pytest.raises(StageFailure, match=r"stage 0 on cpu0 failed: .*still running without a word: stage 1 on cpu1"):
-        run_plan(plan, _options(clusters[2], timeout=3.0))
+        run_plan(plan, options=_options(clusters[2], timeout=3.0))
     assert time.monotonic() - start < 40
     assert not multiprocessing.active_children()
 

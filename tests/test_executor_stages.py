@@ -124,7 +124,7 @@ def test_a_plan_from_a_factory_rebuilds_the_same_graph() -> None:
     model, args = exploding_model(2)
     graph = capture(model, args, name="exploding")
     graph.meta["factory"] = "tests.executor_helpers:exploding_model"
-    with pytest.raises(PlanMismatchError, match="'nowhere:thing' cannot be imported"):
+    with pytest.raises(PlanMismatchError, match="model factory 'nowhere:thing': cannot import 'nowhere'"):
         rebuild(_plan_for(graph, factory="nowhere:thing"))
     assert [layer.name for layer in rebuild(_plan_for(graph)).captured.graph.layers] == ["a", "boom", "c"]
 

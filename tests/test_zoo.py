@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import pickle
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -49,3 +53,9 @@ def test_transformers_model_returns_logits_tensor() -> None:
         out = built.model(*built.args)
     assert isinstance(out, torch.Tensor) and tuple(out.shape) == (1, 1000)
     assert type(built.model).__name__ == "ResNetForImageClassification"
+    # A stage process finds the swapped class by reference, without having built one first.
+    fresh = subprocess.run([sys.executable, "-c", "import pickle, sys; cls = pickle.loads(sys.stdin.buffer.read()); "
+                            "print(cls.__module__, cls.__qualname__, cls.__mro__[1].__module__)"],
+                           input=pickle.dumps(type(built.model)), capture_output=True, check=True)
+    assert fresh.stdout.decode().split() == ["costmodel.zoo.hf", "FirstOutputResNetForImageClassification",
+                                             "transformers.models.resnet.modeling_resnet"]

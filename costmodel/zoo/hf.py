@@ -24,18 +24,47 @@ HF_MODELS: dict[str, tuple[str, str, str, str]] = {
 }
 
 
+_PREFIX = "FirstOutput"
+_FIRST_OUTPUT: dict[type, type] = {}
+
+
+def _first_output_class(base: type) -> type:
+    """``base`` with a forward that returns its first output, as a class pickle can find again.
+
+    The class is named ``FirstOutput<Base>`` in this module, and the module's ``__getattr__``
+    re-creates it from ``transformers`` on demand, so a process that unpickles such a model (an
+    executor stage) finds the same class without having built one first.
+    """
+    cls = _FIRST_OUTPUT.get(base)
+    if cls is None:
+        def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+            return base.forward(self, x)[0]  # type: ignore[attr-defined]
+
+        # __name__ stays the architecture's (what users and graphs see); pickle finds the class by
+        # its __qualname__ in this module.
+        cls = type(base.__name__, (base,), {"forward": forward, "__module__": __name__,
+                                            "__qualname__": _PREFIX + base.__name__})
+        _FIRST_OUTPUT[base] = cls
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    if name.startswith(_PREFIX):
+        import transformers
+
+        base = getattr(transformers, name[len(_PREFIX):], None)
+        if isinstance(base, type):
+            return _first_output_class(base)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def _first_output(model: nn.Module) -> nn.Module:
     """Make ``model`` return its first output tensor (the logits) instead of a ModelOutput.
 
     The instance's class is swapped for a subclass rather than wrapped in another module, so module
     paths stay those of the architecture (``transformer.h.0``, not ``model.transformer.h.0``).
     """
-    base = type(model)
-
-    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
-        return base.forward(self, x)[0]
-
-    model.__class__ = type(base.__name__, (base,), {"forward": forward, "__module__": base.__module__})
+    model.__class__ = _first_output_class(type(model))
     return model
 
 
