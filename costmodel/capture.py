@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import logging
 import re
+import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -448,3 +449,15 @@ def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
         if isinstance(leaf, torch.Tensor) and leaf.dim() > 0:
             return int(leaf.shape[0])
     return 1
+
+
+class _CallableModule(type(sys.modules[__name__])):  # type: ignore[misc]
+    """``from costmodel import capture`` must give the function, yet importing this submodule binds
+    ``costmodel.capture`` to the module (import order decides which one a user gets): the module
+    is made callable as the function, so both spellings work in any order."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> ModelGraph:
+        return capture(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -33,6 +33,11 @@ examples:
 
 def add_run_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--plan", required=True, metavar="PLAN.json", help="a plan saved by `pipeplan plan --out`")
+    p.add_argument("--model", metavar="MODEL",
+                   help="rebuild the model from this zoo name or factory ('package.module:function', "
+                   "'file.py:function') instead of the plan's source (for a plan made from a graph file)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"),
+                   help="run in this dtype instead of the one the plan was made for (the report notes it)")
     p.add_argument("--batches", type=int, default=8, metavar="N", help="measured batches (8)")
     p.add_argument("--microbatches", type=int, metavar="M", help="microbatches per batch (the plan's)")
     p.add_argument("--warmup", type=int, default=1, metavar="W", help="unmeasured batches first (1)")
@@ -65,6 +70,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     from executor.options import RunOptions, parse_loads
     from executor.report import RunReport, report_table, verdict
     from executor.run import run_plan
+    from executor.source import with_source
+    from planner.plan import Plan
 
     options = RunOptions(
         batches=args.batches, microbatches=args.microbatches, warmup=args.warmup, schedule=args.schedule,
@@ -75,7 +82,7 @@ def cmd_run(args: argparse.Namespace) -> None:
     console = Console() if sys.stdout.isatty() else Console(width=170)
     report: RunReport | None
     try:
-        report = run_plan(args.plan, options=options)
+        report = run_plan(with_source(Plan.load(args.plan), args.model, args.dtype), options=options)
     except OutputMismatchError as exc:
         if args.report and isinstance(exc.report, RunReport):
             exc.report.save(args.report)

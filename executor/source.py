@@ -30,8 +30,8 @@ from costmodel.source import SourceError, build_source, import_source_module, pa
 from executor.errors import PlanMismatchError
 from planner.plan import Plan
 
-__all__ = ["Rebuilt", "batch_inputs", "import_registrations", "rebuild", "registrations", "source_of_plan",
-           "state_fingerprint"]
+__all__ = ["Rebuilt", "batch_inputs", "batch_kwargs", "import_registrations", "rebuild", "registrations",
+           "source_of_plan", "state_fingerprint", "with_source"]
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +59,35 @@ def source_of_plan(plan: Plan) -> dict[str, Any]:
     log.warning("plan has no 'source': assuming zoo model %r, batch %d, leaf granularity, seed 0",
                 plan.model, plan.batch_size)
     return {"model": plan.model, "zoo": plan.model, "batch_size": plan.batch_size, "granularity": "leaf"}
+
+
+def with_source(plan: Plan, model: str | None = None, dtype: str | None = None) -> Plan:
+    """``plan`` rebuilt from another MODEL (zoo name or factory) and/or in another dtype.
+
+    The plan's model name, microbatch size and granularity stay: the rebuilt module must still
+    have the plan's layers, which :func:`executor.validate.check_plan` checks as for any plan.
+    """
+    if model is None and dtype is None:
+        return plan
+    from costmodel.source import SourceError, source_spec
+
+    source = source_of_plan(plan)
+    try:
+        if model is not None:
+            for key in ("zoo", "factory"):
+                source.pop(key, None)
+            source.update(source_spec(model, plan.batch_size, seed=int(source.get("seed") or 0)))
+        if dtype is not None:
+            planned = source.get("dtype", "fp32")
+            source.update({k: v for k, v in source_spec("x", 1, dtype=dtype).items() if k == "dtype"})
+            if source["dtype"] != planned:
+                log.warning("plan %s was made for %s; running it in %s", plan.model, planned, source["dtype"])
+    except SourceError as exc:
+        raise PlanMismatchError(str(exc)) from None
+    source["model"] = plan.model
+    changed = Plan.from_dict(plan.to_dict())
+    changed.source = source
+    return changed
 
 
 def registrations(program: torch.export.ExportedProgram, model: nn.Module | None = None) -> list[str]:

@@ -38,7 +38,9 @@ examples:
   pipeplan compare resnet-50 --cluster 8gpu-2hosts --comm serial --png cmp.png
   pipeplan demo                                     all of the above on the defaults
 
-MODEL is a zoo name (see `pipeplan models`) or a graph saved with --json.
+MODEL is a zoo name (see `pipeplan models`), a graph saved with --json, or your own model's factory:
+'package.module:function' or 'file.py:function', called with batch_size= (and seq_len=,
+image_size= when given), returning (module, args) or (module, args, kwargs).
 SPEC is a built-in cluster name (see `pipeplan cluster --list`) or a YAML/JSON file.
 """
 
@@ -56,12 +58,16 @@ def _console() -> Console:
 
 
 def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL", help="zoo model name, or a graph JSON file")
-    p.add_argument("--batch", type=int, default=1, metavar="N", help="batch size (default 1)")
+    p.add_argument("model", metavar="MODEL",
+                   help="zoo name, graph JSON file, or your own model's factory 'package.module:function' or "
+                   "'file.py:function' (returns (module, example inputs))")
+    p.add_argument("--batch", type=int, metavar="N", help="batch size (default 1)")
     p.add_argument("--granularity", default="leaf", metavar="G",
                    help="leaf (default), block, or depth:N — what one layer is")
     p.add_argument("--seq-len", type=int, metavar="T", help="tokens per sequence (token models)")
     p.add_argument("--image-size", type=int, metavar="S", help="image side in pixels (image models)")
+    p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="cast weights and inputs first (default: "
+                   "the model's own, fp32 for the zoo)")
 
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -98,12 +104,26 @@ def _cost_model(args: argparse.Namespace) -> CostModel:
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
     from costmodel.graph import ModelGraph
-    from costmodel.zoo import capture_model
+    from costmodel.source import capture_source, is_factory
+    from costmodel.zoo import ZooError, get_model
 
-    if args.model.endswith(".json") or Path(args.model).is_file():
-        return ModelGraph.load(args.model)
-    return capture_model(args.model, args.batch, granularity=args.granularity,
-                         seq_len=args.seq_len, image_size=args.image_size)
+    text = args.model
+    if text.endswith(".json") or Path(text).is_file():
+        given = [flag for flag, value in (("--batch", args.batch), ("--seq-len", args.seq_len),
+                                          ("--image-size", args.image_size), ("--dtype", args.dtype))
+                 if value is not None]
+        if given:
+            raise CliError(f"{text} is a graph file, captured with fixed shapes: {', '.join(given)} apply to zoo "
+                           "models and factories only (capture it again with `pipeplan graph MODEL ... --json`)")
+        return ModelGraph.load(text)
+    if not is_factory(text):
+        try:
+            get_model(text)
+        except ZooError as exc:
+            raise CliError(f"{exc}; or give a graph JSON file, or your own model as 'package.module:function' or "
+                           "'file.py:function' (a factory returning (module, example inputs))") from None
+    return capture_source(text, args.batch or 1, granularity=args.granularity, seq_len=args.seq_len,
+                          image_size=args.image_size, dtype=args.dtype)
 
 
 def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
