@@ -163,21 +163,32 @@ def cmd_graph(args: argparse.Namespace) -> None:
 
 
 def cmd_cluster(args: argparse.Namespace) -> None:
+    import json
+
     from pipeplan.render import cluster_table, links_table
     from planner.cluster import builtin_clusters
 
-    if args.list or not args.spec:
+    if args.detect:
+        if args.spec:
+            raise CliError(f"--detect describes this machine: give no SPEC ({args.spec!r}), or drop --detect")
+        from planner.detect import detect_cluster
+
+        _console().print("measuring this machine's devices (fp32 matmul and copy, a few seconds each) …")
+        cluster = detect_cluster(args.name, gpus=not args.no_gpus)
+    elif args.list or not args.spec:
         _console().print("built-in clusters: " + ", ".join(builtin_clusters()))
         return
-    cluster = _cluster(args.spec, args.load)
+    else:
+        cluster = _cluster(args.spec, args.load)
     console = _console()
     console.print(cluster_table(cluster))
     console.print(links_table(cluster))
     if args.json:
-        import json
-
         Path(args.json).write_text(json.dumps(cluster.to_dict(), indent=1))
         console.print(f"cluster written to {args.json}")
+    if args.out:
+        cluster.save(args.out)
+        console.print(f"cluster written to {args.out}")
 
 
 def cmd_costs(args: argparse.Namespace) -> None:
@@ -285,6 +296,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
                    help="set a device's load: idle, 2xmemory, 1xcompute, 0.3, 30%% (repeatable)")
     p.add_argument("--json", metavar="OUT", help="write the expanded spec (every link) as JSON")
+    p.add_argument("--detect", action="store_true",
+                   help="describe this machine: GPUs (name, memory, measured matmul and copy rates, NVLink/PCIe "
+                   "links from NVML) and CPU cores")
+    p.add_argument("--name", metavar="NAME", help="with --detect: the cluster's name (default HOST-detected)")
+    p.add_argument("--no-gpus", action="store_true", help="with --detect: CPU cores only")
+    p.add_argument("--out", metavar="OUT.yaml", help="write the spec as YAML (or JSON by suffix), for plan and run")
     p.set_defaults(func=cmd_cluster)
 
     p = sub.add_parser("costs", help="analytic time of every layer on every device of a cluster",

@@ -202,6 +202,16 @@ class Cluster:
             ],
         }
 
+    def save(self, path: str | Path) -> Path:
+        """Write :meth:`to_dict` as YAML (``.yaml``/``.yml``) or JSON (``.json``); ``load_cluster`` reads it."""
+        path = Path(path)
+        suffix = path.suffix.lower()
+        if suffix not in _SUFFIXES:
+            raise ClusterError(f"{path}: a cluster spec must end in {', '.join(_SUFFIXES)}")
+        doc = self.to_dict()
+        path.write_text(json.dumps(doc, indent=1) if suffix == ".json" else yaml.safe_dump(doc, sort_keys=False))
+        return path
+
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: str = "") -> Cluster:
         """Build a cluster from a spec mapping; ``source`` (e.g. a path) prefixes error messages.

@@ -1,0 +1,180 @@
+"""A cluster spec of this machine: its GPUs and CPU cores, measured, and the links between them.
+
+``pipeplan cluster --detect --out here.yaml`` writes a spec that ``plan`` and ``run`` take as it is:
+
+- one device per GPU (``gpu0`` …), with the name and memory torch reports, its measured fp32 matmul
+  rate and copy bandwidth (:func:`costmodel.profile.measure_device`), and ``gpu: i`` so that the
+  executor runs that stage on that GPU;
+- one device per CPU core this process may use (``cpu0`` …, ``cores: [c]``), the first core
+  measured and its figures given to all (they are one design), memory split evenly;
+- links: between GPUs, NVLink where NVML reports an active NVLink path (its version and link count
+  give the bandwidth), else the PCIe link of the slower end (generation × width); anything else
+  on this host, the loopback transport gloo uses (host memory, a few GB/s).
+
+NVML (``nvidia-ml-py``) is optional: without it, GPU pairs get their PCIe default and the spec says
+so in its description.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from costmodel.hardware import Device
+from planner.cluster import Cluster
+
+__all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth"]
+
+log = logging.getLogger(__name__)
+
+# Per direction, per link (GB/s): NVLink 1 20, 2 and 3 25, 4 25 (H100: 18 links), 5 50.
+_NVLINK_GBPS = {1: 20.0, 2: 25.0, 3: 25.0, 4: 25.0, 5: 50.0}
+# Per lane, per direction after encoding (GB/s): gen 1–2 8b/10b, gen 3+ 128b/130b.
+_PCIE_LANE_GBPS = {1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+# What a copy achieves of the raw figure.
+_ACHIEVED = 0.8
+# gloo over loopback between two processes of this host (what `local-cpu` measured).
+_LOOPBACK = {"bandwidth": 2e9, "latency": 500e-6}
+_NVLINK_LATENCY = 3e-6
+_PCIE_LATENCY = 10e-6
+
+
+def nvlink_bandwidth(version: int, links: int) -> float:
+    """Bytes/s one direction of ``links`` NVLinks of ``version`` achieve.
+
+    >>> f"{nvlink_bandwidth(4, 18) / 1e9:.0f} GB/s"   # H100 SXM
+    '360 GB/s'
+    """
+    if links < 1:
+        raise ValueError(f"an NVLink path needs at least one link, got {links}")
+    return _NVLINK_GBPS.get(version, max(_NVLINK_GBPS.values())) * 1e9 * links * _ACHIEVED
+
+
+def pcie_bandwidth(generation: int, width: int) -> float:
+    """Bytes/s one direction of a PCIe link achieves.
+
+    >>> f"{pcie_bandwidth(4, 16) / 1e9:.1f} GB/s"
+    '25.2 GB/s'
+    """
+    if width < 1:
+        raise ValueError(f"a PCIe link has at least one lane, got {width}")
+    return _PCIE_LANE_GBPS.get(generation, max(_PCIE_LANE_GBPS.values())) * 1e9 * width * _ACHIEVED
+
+
+@dataclass(frozen=True)
+class GpuLink:
+    """What NVML says about one GPU: its NVLink version and active link count, its PCIe link."""
+
+    nvlink_version: int | None
+    nvlinks: int
+    pcie_generation: int
+    pcie_width: int
+    peers: frozenset[int]  # GPUs it reaches over NVLink
+
+
+def _nvml_links(count: int) -> list[GpuLink] | None:
+    """Each GPU's links from NVML, or None when NVML is not there."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        log.warning("NVML could not start (%s): GPU links get the PCIe default", exc)
+        return None
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
+        result = []
+        for i, handle in enumerate(handles):
+            active, version = 0, None
+            for link in range(getattr(pynvml, "NVML_NVLINK_MAX_LINKS", 18)):
+                try:
+                    if pynvml.nvmlDeviceGetNvLinkState(handle, link):
+                        active += 1
+                        version = pynvml.nvmlDeviceGetNvLinkVersion(handle, link)
+                except pynvml.NVMLError:
+                    break
+            peers = frozenset(
+                j for j, other in enumerate(handles) if j != i and active and pynvml.nvmlDeviceGetP2PStatus(
+                    handle, other, pynvml.NVML_P2P_CAPS_INDEX_NVLINK) == pynvml.NVML_P2P_STATUS_OK)
+            result.append(GpuLink(version, active, pynvml.nvmlDeviceGetCurrPcieLinkGeneration(handle),
+                                  pynvml.nvmlDeviceGetCurrPcieLinkWidth(handle), peers))
+        return result
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def gpu_pair_link(a: GpuLink, b: GpuLink, index_b: int) -> dict[str, float]:
+    """The link between two GPUs: NVLink when ``a`` reaches GPU ``index_b`` over it, else PCIe.
+
+    >>> h100 = GpuLink(4, 18, 5, 16, frozenset({1}))
+    >>> gpu_pair_link(h100, GpuLink(4, 18, 5, 16, frozenset({0})), 1)["bandwidth"] / 1e9
+    360.0
+    >>> gpu_pair_link(h100, GpuLink(None, 0, 3, 16, frozenset()), 2)["bandwidth"] / 1e9
+    12.608
+    """
+    if index_b in a.peers and a.nvlink_version is not None and b.nvlinks:
+        return {"bandwidth": nvlink_bandwidth(a.nvlink_version, min(a.nvlinks, b.nvlinks)),
+                "latency": _NVLINK_LATENCY}
+    slower = min((a.pcie_generation, a.pcie_width), (b.pcie_generation, b.pcie_width),
+                 key=lambda gw: pcie_bandwidth(*gw))
+    return {"bandwidth": pcie_bandwidth(*slower), "latency": _PCIE_LATENCY}
+
+
+def _measured(**kw: Any) -> Device:
+    from costmodel.profile import ProfileSettings, measure_device
+
+    return measure_device(ProfileSettings(**kw))
+
+
+def detect_cluster(name: str | None = None, *, gpus: bool = True, cores: Sequence[int] | None = None,
+                   measure: bool = True) -> Cluster:
+    """This machine as a :class:`Cluster`: measured GPUs and CPU cores, and their links.
+
+    ``cores`` are the CPU cores to include (default: all this process may use; ``[]`` for none);
+    ``measure=False`` skips the timing and takes conservative placeholders (for tests and dry runs:
+    the spec then says so).
+    """
+    import torch
+
+    host = socket.gethostname()
+    usable = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    devices: list[dict[str, Any]] = []
+    notes: list[str] = []
+    count = torch.cuda.device_count() if gpus and torch.cuda.is_available() else 0
+    for i in range(count):
+        props = torch.cuda.get_device_properties(i)
+        rates = _measured(gpu=i) if measure else None
+        devices.append({"id": f"gpu{i}", "type": props.name, "host": host, "memory": props.total_memory,
+                        "peak_flops": rates.peak_flops if rates else 1e12,
+                        "mem_bandwidth": rates.mem_bandwidth if rates else 1e11, "gpu": i})
+    if usable:
+        rates = _measured(cores=(usable[0],), threads=1) if measure else None
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(usable)
+        for c in usable:
+            devices.append({"id": f"cpu{c}", "type": "cpu-core", "host": host, "memory": memory,
+                            "peak_flops": rates.peak_flops if rates else 1e10,
+                            "mem_bandwidth": rates.mem_bandwidth if rates else 1e9, "cores": [c]})
+    if not devices:
+        raise ValueError("nothing to describe: no GPU found and no CPU core given")
+    if not measure:
+        notes.append("rates are placeholders (detected without measuring)")
+    links: list[dict[str, Any]] = []
+    if count > 1:
+        nvml = _nvml_links(count)
+        if nvml is None:
+            notes.append("GPU links are PCIe gen4 x16 defaults (install nvidia-ml-py to read them)")
+            nvml = [GpuLink(None, 0, 4, 16, frozenset()) for _ in range(count)]
+        links = [{"a": f"gpu{i}", "b": f"gpu{j}", **gpu_pair_link(nvml[i], nvml[j], j)}
+                 for i in range(count) for j in range(i + 1, count)]
+    description = f"detected on {host}: {count} GPU(s), {len(usable)} CPU core(s), measured idle"
+    if notes:
+        description += "; " + "; ".join(notes)
+    spec = {"name": name or f"{host}-detected", "description": description, "devices": devices,
+            "topology": {"intra_host": _LOOPBACK}, "links": links}
+    return Cluster.from_dict(spec)
