@@ -1,0 +1,95 @@
+"""Every zoo model and the test families, run as 1-, 2- and 4-stage plans: output error and
+predicted against measured stage compute.
+
+For each model and stage count K, a cluster of K devices is written (``--target cpu``: one CPU
+core each, cycling over the cores this process may use; ``--target gpu``: every device on GPU 0 of
+this machine, so several stages share it and talk through host memory, or ``--gpus N`` distinct
+GPUs), the model is captured at block granularity, split by the time-balanced baseline into K
+stages, and run by :func:`executor.run_plan` with its output check.  The table gives the check's
+largest relative error, the predicted and measured compute of the slowest stage, and the median
+relative error of the stages' compute.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/executor_models.py                    # CPU, small models
+    .venv/bin/python benchmarks/executor_models.py --target gpu --costmodel gpu --models all
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from costmodel.registry import load_cost_model
+from costmodel.source import capture_source
+from executor import RunOptions, run_plan
+from planner.baselines import time_balanced
+from planner.cluster import load_cluster
+from planner.problem import PlanOptions, Problem
+
+SMALL = ["mlp", "rescnn", "tinygpt", "inception", *(f"tests.tiny_models:{f}" for f in (
+    "llama_gqa", "t5_encoder_decoder", "vit", "convnext", "mixtral_moe", "bert_masked"))]
+LARGE = ["gpt2", "bert-base", "vit-base", "resnet-50", "convnext-tiny"]
+
+
+def _cluster(folder: Path, k: int, target: str, gpus: int) -> Path:
+    cores = sorted(os.sched_getaffinity(0))
+    lines = [f"name: bench-{target}-{k}", "devices:"]
+    for d in range(k):
+        if target == "cpu":
+            lines.append(f"  - {{id: d{d}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 100GFLOPS, "
+                         f"mem_bandwidth: 15GB/s, cores: [{cores[d % len(cores)]}]}}")
+        else:
+            lines.append(f"  - {{id: d{d}, type: NVIDIA H100 80GB HBM3, host: localhost, memory: 80GiB, "
+                         f"peak_flops: 51.8TFLOPS, mem_bandwidth: 2977GB/s, gpu: {d % gpus}}}")
+    lines += ["topology:", "  intra_host: {bandwidth: 2GB/s, latency: 500us}"]
+    path = folder / f"{target}-{k}.yaml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
+    parser.add_argument("--gpus", type=int, default=1, help="distinct GPUs to spread stages over (gpu target)")
+    parser.add_argument("--models", default="small", help="small, large, all, or a comma-separated list")
+    parser.add_argument("--stages", default="1,2,4")
+    parser.add_argument("--batch", type=int, default=2)
+    parser.add_argument("--costmodel", default="learned")
+    parser.add_argument("--batches", type=int, default=4)
+    args = parser.parse_args()
+    models = {"small": SMALL, "large": LARGE, "all": SMALL + LARGE}.get(args.models, args.models.split(","))
+    cost = load_cost_model(args.costmodel)
+    folder = Path(tempfile.mkdtemp())
+    print(f"# target {args.target}, cost model {args.costmodel}, batch {args.batch}, block granularity, "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    print("| model | stages | check rel err | slowest stage pred ms | meas ms | median stage compute err | s |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in models:
+        graph = capture_source(name, args.batch, granularity="block")
+        for k in (int(x) for x in args.stages.split(",")):
+            started = time.perf_counter()
+            spec = _cluster(folder, k, args.target, args.gpus)
+            problem = Problem(graph, load_cluster(str(spec)), cost, PlanOptions(microbatches=4, max_devices=k))
+            plan = time_balanced(problem)
+            plan.cluster = str(spec)
+            try:
+                report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec)))
+            except Exception as exc:  # a benchmark reports every case, failures included
+                print(f"| {name} | {k} | FAILED: {type(exc).__name__}: {str(exc)[:120]} | | | | |")
+                continue
+            assert report is not None and report.check is not None
+            slowest = max(report.stages, key=lambda s: s.measured["compute"])
+            errors = [abs(s.error["compute"]) for s in report.stages if s.error["compute"] is not None]
+            print(f"| {name.removeprefix('tests.tiny_models:')} | {len(report.stages)} | "
+                  f"{report.check['max_rel_diff']:.1e} | {slowest.predicted['compute'] * 1e3:.2f} | "
+                  f"{slowest.measured['compute'] * 1e3:.2f} | {statistics.median(errors):.0%} | "
+                  f"{time.perf_counter() - started:.1f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
