@@ -7,6 +7,11 @@ A :class:`~costmodel.hardware.Contention` describes a load; :class:`CoRunners` c
 - ``kind="memory"``: each co-runner streams copies between buffers far larger than the last-level
   cache, so it takes memory bandwidth and little arithmetic;
 - ``kind="mixed"``: each co-runner alternates the two;
+- ``kind="tenant"``: each co-runner behaves like another inference job: on a GPU it launches a
+  chain of matmuls and activations back to back, waiting only every few dozen launches, so its
+  context always has work queued (the synthetic kinds wait after every operation and leave the GPU
+  idle in between); on a CPU it is the compute kind;
+- ``duty`` below 1: each co-runner works ``duty`` of every 20 ms period and sleeps the rest;
 - ``utilization=u``: one compute co-runner that works ``u`` of every 20 ms period and sleeps the rest.
 
 Co-runners are separate OS processes (``python -m costmodel.corunners``), pinned to the given CPU
@@ -40,6 +45,8 @@ _CPU_MATRIX = 256  # 256×256 float32 operands: 768 KiB, in L2/L3, so the work i
 _CPU_STREAM = 64 * 2**20  # bytes per buffer: well above any last-level cache
 _GPU_MATRIX = 4096
 _GPU_STREAM = 512 * 2**20
+_TENANT_WIDTH = 2048  # a tenant's layers: 2048² fp32 matmuls (about 0.3 ms each on an H100)
+_TENANT_QUEUE = 32  # launches a tenant queues before it waits for them
 _SINGLE_THREAD = {var: "1" for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS",
                                        "NUMEXPR_NUM_THREADS", "VECLIB_MAXIMUM_THREADS")}
 
@@ -76,7 +83,7 @@ class CoRunners:
         if self.load.utilization is not None:
             specs = [("compute", self.load.utilization)] if self.load.utilization > 0 else []
         else:
-            specs = [(self.load.kind, 1.0)] * self.load.corunners
+            specs = [(self.load.kind, self.load.duty)] * self.load.corunners
         base = [sys.executable, "-m", "costmodel.corunners"]
         where = (["--gpu", str(self.gpu)] if self.gpu is not None else
                  ["--cores", ",".join(map(str, self.cores))] if self.cores is not None else [])
@@ -138,7 +145,7 @@ def _readline(proc: subprocess.Popen[str], timeout: float) -> str:
 def _cpu_work(kind: str) -> Callable[[], object]:
     import numpy as np
 
-    if kind == "compute":
+    if kind in ("compute", "tenant"):
         a = np.random.default_rng(0).standard_normal((_CPU_MATRIX, _CPU_MATRIX), dtype=np.float32)
         b = a.copy()
         out = np.empty_like(a)
@@ -161,6 +168,16 @@ def _gpu_work(kind: str, gpu: int) -> Callable[[], object]:
     import torch
 
     dev = torch.device("cuda", gpu)
+    if kind == "tenant":
+        x = torch.randn(_TENANT_WIDTH, _TENANT_WIDTH, device=dev)
+        w = torch.randn(_TENANT_WIDTH, _TENANT_WIDTH, device=dev) / _TENANT_WIDTH**0.5
+
+        def infer() -> None:
+            h = x
+            for _ in range(_TENANT_QUEUE // 2):
+                h = torch.relu(h @ w)
+            torch.cuda.synchronize(dev)
+        return infer
     if kind == "compute":
         a = torch.randn(_GPU_MATRIX, _GPU_MATRIX, device=dev, dtype=torch.float16)
         def compute() -> None:
@@ -197,7 +214,7 @@ def _run(kind: str, duty: float, cores: list[int] | None, gpu: int | None) -> No
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m costmodel.corunners",
                                      description="One co-runner process (started by CoRunners).")
-    parser.add_argument("--kind", choices=("compute", "memory", "mixed"), required=True)
+    parser.add_argument("--kind", choices=("compute", "memory", "mixed", "tenant"), required=True)
     parser.add_argument("--duty", type=float, default=1.0, help="share of each 20 ms period spent working")
     parser.add_argument("--cores", help="comma-separated CPU cores to pin to")
     parser.add_argument("--gpu", type=int, help="CUDA device index to load instead of the CPU")

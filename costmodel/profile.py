@@ -10,8 +10,15 @@ repeat runs the layer back to back for a window (25 ms idle, 80 ms under content
 the number of calls: a window spans several scheduler time slices, so a layer that time-shares its core with a
 co-runner is charged for the time it waits, as it would be inside a running pipeline (timing single
 calls would miss it: most calls fit in the layer's own slice). The median of the repeats is the
-measurement; min and max are kept as the spread. On CUDA, windows are timed with CUDA events after a
-synchronise.
+measurement; min and max are kept as the spread.
+
+On CUDA each measurement is the **wall clock of one call, from launch to completion**
+(``perf_counter`` around ``run(); torch.cuda.synchronize()``), what a pipeline stage waits for. CUDA
+events are not: under a time-sliced co-tenant a process's queued kernels run back to back once it
+gets the GPU back, so the span between events shrinks and contention looks like a speed-up (see
+``costmodel/data/gpu/README.md``). The event span is still recorded beside it (:class:`GpuTiming`)
+and logged; the dataset has no column for it yet. The GPU is warmed first (:func:`warm_gpu`), since
+a cold H100 runs its first seconds at lower clocks; GPU-sized shapes are in :mod:`costmodel.gpu_sweep`.
 """
 
 from __future__ import annotations
@@ -36,12 +43,14 @@ from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device, cpu_model
 from costmodel.layerspecs import LayerSpec, model_layers
 
-__all__ = ["DEFAULT_LEVELS", "ProfileSettings", "Target", "measure_device", "pinned", "profile",
-           "targets_from_models", "targets_from_specs", "time_call"]
+__all__ = ["DEFAULT_LEVELS", "DTYPES", "GpuTiming", "ProfileSettings", "Target", "cast", "measure_device", "pinned",
+           "profile", "targets_from_models", "targets_from_specs", "time_call", "time_gpu_call", "wall_clock_samples",
+           "warm_gpu"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEVELS = ("idle", "1xcompute", "2xcompute", "1xmemory", "2xmemory", "1xmixed", "50%")
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 @dataclass
@@ -58,8 +67,12 @@ class ProfileSettings:
     budget: float | None = None  # seconds for the whole run; split evenly over the levels
     gpu: int | None = None  # CUDA device index; None profiles the CPU cores
     device_type: str = "cpu-core"  # the Device.type the rows describe (what cluster specs name)
+    dtype: str = "fp32"  # what the layers run in: fp32, bf16 or fp16 (the latter two for GPUs)
+    warm_seconds: float = 3.0  # of large matmuls before a GPU is timed
 
     def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise ValueError(f"unknown dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.threads < 1 or self.repeats < 1 or min(self.window, self.loaded_window) <= 0 or self.warmup < 0:
             raise ValueError("threads and repeats must be ≥ 1, windows > 0 and warmup ≥ 0")
         if not self.levels:
@@ -78,11 +91,22 @@ class Target:
     run: Callable[[], Any]
 
 
-def _on(device: torch.device, args: Any) -> Any:
-    return tuple(a.to(device) if isinstance(a, torch.Tensor) else a for a in args)
+def _on(device: torch.device, args: Any, dtype: str = "fp32") -> Any:
+    return tuple(cast(a.to(device), dtype) if isinstance(a, torch.Tensor) else a for a in args)
 
 
-def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None) -> list[Target]:
+def cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
+    """``tensor`` in ``dtype`` if it holds floating-point values; integer inputs (token ids) stay.
+
+    >>> cast(torch.ones(2), "bf16").dtype, cast(torch.ones(2, dtype=torch.long), "fp16").dtype
+    (torch.bfloat16, torch.int64)
+    """
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    return tensor.to(DTYPES[dtype]) if tensor.is_floating_point() else tensor
+
+
+def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype: str = "fp32") -> list[Target]:
     """Build each spec's module, capture it for its features, and wrap one forward call."""
     from costmodel.capture import capture
 
@@ -100,8 +124,9 @@ def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None) -> li
             param_bytes=sum(la.param_bytes for la in layers), activation_bytes=main.activation_bytes,
             kernels=sum(la.kernels for la in layers), input_shapes=main.input_shapes,
             ops=[op for la in layers for op in la.ops])
-        module, args = module.to(device), _on(device, inputs)
-        targets.append(Target(spec.key, "sweep", layer, functools.partial(module, *args)))
+        module, args = module.to(device, DTYPES[dtype]), _on(device, inputs, dtype)
+        config = spec.key if dtype == "fp32" else f"{spec.key}@{dtype}"
+        targets.append(Target(config, "sweep", layer, functools.partial(module, *args)))
     return targets
 
 
@@ -130,37 +155,89 @@ def pinned(cores: Sequence[int], threads: int) -> Iterator[None]:
         torch.set_num_threads(old_threads)
 
 
-def time_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
-              gpu: int | None = None) -> tuple[float, float, float, int]:
-    """(median, min, max) seconds per call over ``repeats`` windows, and the calls per window."""
-    sync = (lambda: torch.cuda.synchronize(gpu)) if gpu is not None else (lambda: None)
+def wall_clock_samples(run: Callable[[], Any], sync: Callable[[], Any], repeats: int) -> list[float]:
+    """Seconds of ``repeats`` single calls, each from launch to completion: ``sync`` (a device
+    synchronise) runs before the clock starts and inside the timed span.
+
+    >>> len(wall_clock_samples(lambda: sum(range(100)), lambda: None, 3))
+    3
+    """
+    samples = []
+    for _ in range(repeats):
+        sync()
+        start = time.perf_counter()
+        run()
+        sync()
+        samples.append(time.perf_counter() - start)
+    return samples
+
+
+@dataclass(frozen=True)
+class GpuTiming:
+    """One GPU measurement: wall clock per call (what is recorded) and the CUDA-event span."""
+
+    median: float
+    low: float
+    high: float
+    event_median: float  # span between CUDA events around the same calls (shrinks under contention)
+    calls: int
+
+
+def time_gpu_call(run: Callable[[], Any], gpu: int, repeats: int = 20, warmup: int = 3) -> GpuTiming:
+    """Wall clock from launch to completion of single calls on CUDA device ``gpu``."""
+    sync = functools.partial(torch.cuda.synchronize, gpu)
     with torch.inference_mode():
         for _ in range(warmup):
             run()
-        sync()
+        wall = wall_clock_samples(run, sync, repeats)
+        spans = []
+        for _ in range(max(3, repeats // 4)):
+            begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            sync()
+            begin.record()
+            run()
+            end.record()
+            sync()
+            spans.append(begin.elapsed_time(end) / 1000.0)
+    return GpuTiming(statistics.median(wall), min(wall), max(wall), statistics.median(spans), repeats)
+
+
+def warm_gpu(gpu: int, seconds: float = 3.0) -> None:
+    """Run 8192² matmuls for ``seconds``, so that clocks and caches are where a busy GPU keeps them."""
+    dev = torch.device("cuda", gpu)
+    a = torch.randn(8192, 8192, device=dev)
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        torch.mm(a, a)
+        torch.cuda.synchronize(dev)
+
+
+def time_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
+              gpu: int | None = None) -> tuple[float, float, float, int]:
+    """(median, min, max) seconds per call, and the calls per measurement.
+
+    On a CPU: over ``repeats`` windows of back-to-back calls. On a GPU: wall clock of single calls
+    from launch to completion (:func:`time_gpu_call`, at least 10 of them); the window is unused.
+    """
+    if gpu is not None:
+        timing = time_gpu_call(run, gpu, repeats=max(10, repeats), warmup=warmup)
+        log.debug("wall %.3g s, CUDA-event span %.3g s", timing.median, timing.event_median)
+        return timing.median, timing.low, timing.high, 1
+    with torch.inference_mode():
+        for _ in range(warmup):
+            run()
         estimate = float("inf")
         for _ in range(3):
             start = time.perf_counter()
             run()
-            sync()
             estimate = min(estimate, time.perf_counter() - start)
         calls = max(1, min(100_000, round(window / max(estimate, 1e-7))))
         samples = []
         for _ in range(repeats):
-            if gpu is not None:
-                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                sync()
-                begin.record()
-                for _ in range(calls):
-                    run()
-                end.record()
-                sync()
-                samples.append(begin.elapsed_time(end) / 1000.0 / calls)
-            else:
-                start = time.perf_counter()
-                for _ in range(calls):
-                    run()
-                samples.append((time.perf_counter() - start) / calls)
+            start = time.perf_counter()
+            for _ in range(calls):
+                run()
+            samples.append((time.perf_counter() - start) / calls)
     return statistics.median(samples), min(samples), max(samples), calls
 
 
@@ -203,6 +280,8 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     settings = settings or ProfileSettings()
     if not targets:
         raise ValueError("nothing to profile: no target layers")
+    if settings.gpu is not None and settings.warm_seconds > 0:
+        warm_gpu(settings.gpu, settings.warm_seconds)
     device = device or measure_device(settings)
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),

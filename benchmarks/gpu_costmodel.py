@@ -1,0 +1,87 @@
+"""Print the GPU cost model's accuracy on the shared H100 measurements (issue 15, item 4).
+
+    .venv/bin/python benchmarks/gpu_costmodel.py [--params FILE] [--configs]
+
+Per load: median |error| of whole-model wall clock, share within ±15%, median slowdown-factor
+error, on the calibration configurations (the constants were fitted on them) and on the
+evaluation configurations (never used for fitting), for the fitted ``analytic-gpu`` model and for
+the roofline on the measured H100 spec (``costmodel/data/gpu/h100-measured.yaml``). Then the MAPE
+of leaf layers in passes of 5 ms or more. ``--configs`` adds every configuration's errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import yaml
+
+from costmodel.analytic import RooflineModel
+from costmodel.gpu import DEFAULT_PARAMS_PATH, GpuCostModel, load_params
+from costmodel.gpu_accuracy import TOLERANCE, Report, evaluate
+from costmodel.gpu_fit import h100
+from costmodel.gpu_measurements import DATA_DIR, LOADS, measurements
+from costmodel.hardware import Device
+
+SPLITS = ("calibration", "evaluation")
+
+
+def _measured_spec() -> Device:
+    doc = yaml.safe_load((DATA_DIR / "h100-measured.yaml").read_text())
+    return Device(**doc["devices"][0])
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def table(reports: list[Report]) -> str:
+    head = "| model | split | " + " | ".join(("idle", *LOADS)) + " | all loads |"
+    lines = [f"Whole-model wall clock: median \\|error\\| / within ±{TOLERANCE:.0%} / slowdown error", "",
+             head, "|---|---|" + "---:|" * (len(LOADS) + 2)]
+    for rep in reports:
+        for split in SPLITS:
+            cells = []
+            for load in ("idle", *LOADS):
+                r = rep.row(split, load)
+                slow = "" if load == "idle" else f" / {_pct(r.slowdown_error)}"
+                cells.append(f"{_pct(r.median_error)} / {_pct(r.within)}{slow}")
+            med, within = rep.overall(split)
+            n = rep.row(split, "idle").pairs
+            lines.append(f"| {rep.model} | {split} ({n}) | " + " | ".join(cells) + f" | {_pct(med)} / {_pct(within)} |")
+    lines += ["", "Leaf layers of passes ≥ 5 ms, idle: MAPE (layers)", "", "| model | calibration | evaluation |",
+              "|---|---:|---:|"]
+    for rep in reports:
+        lines.append(f"| {rep.model} | " + " | ".join(f"{_pct(rep.leaf_mape[s])} ({rep.leaf_count[s]})"
+                                                       for s in SPLITS) + " |")
+    return "\n".join(lines)
+
+
+def configs(report: Report) -> str:
+    lines = [f"{report.model}: predicted / measured − 1", "",
+             "| config | split | " + " | ".join(("idle", *LOADS)) + " |", "|---|---|" + "---:|" * (len(LOADS) + 1)]
+    for m in measurements():
+        lines.append(f"| {m.key} | {m.split} | "
+                     + " | ".join(f"{100 * report.errors[m.key, lv]:+.0f}%" for lv in ("idle", *LOADS)) + " |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--params", type=Path, default=DEFAULT_PARAMS_PATH)
+    parser.add_argument("--configs", action="store_true", help="print every configuration's errors too")
+    args = parser.parse_args()
+    instrument = json.loads(args.params.read_text()).get("instrument", {})
+    gpu = evaluate(GpuCostModel(load_params(args.params)), h100(), **instrument)
+    roofline = evaluate(RooflineModel(), _measured_spec())
+    print(table([gpu, roofline]))
+    if args.configs:
+        print()
+        print(configs(gpu))
+        print()
+        print(configs(roofline))
+
+
+if __name__ == "__main__":
+    main()

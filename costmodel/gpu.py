@@ -1,0 +1,214 @@
+"""An analytic GPU cost model: what a forward pass launched from Python really waits for.
+
+Eager PyTorch on a GPU runs two things at once: the host launches kernels (Python, the dispatcher,
+the launch itself) and the GPU runs them as they arrive. For each layer the model has
+
+- a **host time** ``h = host_module·[leaf module] + host_kernel·kernels + host_view·(ops −
+  kernels)`` (functional glue pays no module call; views and metadata ops launch nothing but still
+  go through the dispatcher), and
+- a **device time** ``g = kernel_time·kernels + max(FLOPs / (peak[dtype] · e_kind · r),
+  bytes / (bandwidth · e_mem))``, where ``peak[dtype]`` is the datasheet peak of the arithmetic
+  the layer runs on (CUDA cores for fp32, tensor cores for TF32, bf16 and fp16; torch's defaults
+  put fp32 matmuls on CUDA cores and fp32 convolutions on TF32 tensor cores), ``e_kind`` the
+  efficiency achieved by the operator kind, ``r = F / (F + flops_half)`` the ramp of small
+  kernels that cannot fill the GPU, and ``e_mem`` one efficiency for elementwise operators and
+  activations and another for the rest (normalisations, pooling, embeddings).
+
+Layers run through a queue: the GPU starts a layer once the host has launched it and the previous
+layer is done, so a pass takes ``F_L`` where ``F_l = max(F_{l-1}, H_l) + g_l`` and ``H_l`` is the
+host's cumulative launch time. A launch-bound model (small batch) is priced by its host time, a
+large one by its device time, and a mixed one by both, which a sum of per-layer maxima would
+overestimate. :meth:`GpuCostModel.layer_times` returns the increments ``F_l − F_{l−1}``, so that
+they add up to the pass time (what CUDA events around each layer measure, too).
+
+Contention follows :mod:`costmodel.timeslice`: other contexts stretch the device time and the pass
+waits for their slices once. The constants are fitted on an H100 (``costmodel/data/gpu/``, see
+``costmodel/gpu_fit.py``); :func:`load_params` reads them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from costmodel.base import CostModel
+from costmodel.gpu_specs import Dtype, dtype_bytes, recognise
+from costmodel.graph import Layer
+from costmodel.hardware import Contention, Device
+from costmodel.timeslice import SharingParams, sharing
+
+__all__ = ["DEFAULT_PARAMS_PATH", "GpuCostModel", "GpuParams", "load_params"]
+
+log = logging.getLogger(__name__)
+
+DEFAULT_PARAMS_PATH = Path(__file__).parent / "data" / "gpu" / "analytic-h100.json"
+
+# Kinds whose FLOPs run on matrix units (tensor cores where the dtype allows), and kinds that
+# launch nothing in inference (dropout in eval, identity): they cost the host a call only.
+_MATMUL_KINDS = frozenset({"linear", "attention"})
+_NO_KERNEL_KINDS = frozenset({"identity", "reshape"})
+_STREAMING_KINDS = frozenset({"elementwise", "activation"})
+
+
+@dataclass(frozen=True)
+class GpuParams:
+    """The constants of :class:`GpuCostModel` (seconds, FLOPs and fractions of datasheet peaks)."""
+
+    eff_linear: float = 0.6
+    eff_conv: float = 0.5
+    eff_attention: float = 0.3
+    eff_other: float = 0.3  # FLOPs of any other kind (normalisations, pooling) on CUDA cores
+    flops_half: float = 1e8  # a kernel of this many FLOPs reaches half its kind's efficiency
+    eff_memory: float = 0.7  # normalisations, pooling, embeddings, the memory side of matmuls
+    eff_elementwise: float = 0.9  # elementwise operators and activations stream at nearly full bandwidth
+    kernel_time: float = 3e-6  # GPU time of one kernel however small (launch latency, tail)
+    host_module: float = 1e-5  # one nn.Module call from Python
+    host_kernel: float = 8e-6  # one operator through the dispatcher, and its launch
+    host_view: float = 2e-6  # one view or metadata operator (no kernel)
+    host_pass: float = 5e-5  # entering the model, the final synchronise and returning
+    sharing: SharingParams = field(default_factory=SharingParams)
+    fitted_on: str = "defaults (not fitted)"
+
+    def __post_init__(self) -> None:
+        for name, value in asdict(self).items():
+            if isinstance(value, float) and not value >= 0:
+                raise ValueError(f"GPU model parameter {name} must be non-negative, got {value!r}")
+        for name in ("eff_linear", "eff_conv", "eff_attention", "eff_other", "eff_memory", "eff_elementwise"):
+            if not 0 < getattr(self, name) <= 1:
+                raise ValueError(f"GPU model parameter {name} must be in (0, 1], got {getattr(self, name)!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "sharing": self.sharing.to_dict()}
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> GpuParams:
+        raw = dict(raw)
+        shared = SharingParams.from_dict(raw.pop("sharing", {}))
+        fitted_on = str(raw.pop("fitted_on", "unknown"))
+        unknown = set(raw) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown GPU model parameters {sorted(unknown)}")
+        return cls(**{k: float(v) for k, v in raw.items()}, sharing=shared, fitted_on=fitted_on)
+
+    def save(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+@cache
+def _load(path: str) -> GpuParams:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"cannot read GPU model parameters {path}: {exc}") from None
+    return GpuParams.from_dict(raw.get("params", raw))
+
+
+def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> GpuParams:
+    """Fitted constants from a JSON file (``{"params": {...}}`` or the bare object)."""
+    return _load(str(Path(path).resolve()))
+
+
+class GpuCostModel(CostModel):
+    """Host/device queue model of eager PyTorch on a GPU, with time-sliced sharing.
+
+    ``dtype`` is the dtype the model runs in (graphs are captured in fp32; their bytes are scaled);
+    ``tf32_matmul`` and ``tf32_conv`` are torch's ``allow_tf32`` switches (defaults as torch's).
+
+    >>> from costmodel.gpu_specs import gpu_device
+    >>> m = GpuCostModel(GpuParams())
+    >>> fc = Layer("fc", "linear", "Linear", 0, flops=2 * 4096**3, bytes_read=3 * 4 * 4096**2,
+    ...            bytes_written=4 * 4096**2, param_bytes=4 * 4096**2, activation_bytes=4 * 4096**2, kernels=1)
+    >>> h100 = gpu_device("NVIDIA H100 80GB HBM3")
+    >>> bf16 = GpuCostModel(GpuParams(), dtype="bf16")
+    >>> round(m.layer_time(fc, h100) * 1e3, 2), round(bf16.layer_time(fc, h100) * 1e3, 3)
+    (3.42, 0.235)
+    """
+
+    name = "analytic-gpu"
+
+    def __init__(self, params: GpuParams | None = None, dtype: Dtype = "fp32", tf32_matmul: bool = False,
+                 tf32_conv: bool = True) -> None:
+        dtype_bytes(dtype)  # refuses an unknown dtype
+        self.params = params if params is not None else load_params()
+        self.dtype = dtype
+        self.tf32_matmul = tf32_matmul
+        self.tf32_conv = tf32_conv
+        self._warned: set[str] = set()
+
+    def with_params(self, **changes: Any) -> GpuCostModel:
+        """A copy with some constants changed (what the fitting script explores)."""
+        return GpuCostModel(replace(self.params, **changes), self.dtype, self.tf32_matmul, self.tf32_conv)
+
+    # -- the pieces ---------------------------------------------------------------------------
+
+    def _peaks(self, device: Device, kind: str) -> tuple[float, float]:
+        """(FLOP/s, bytes/s) of the arithmetic a layer of ``kind`` runs on, on ``device``."""
+        spec = recognise(device.type)
+        if spec is None:
+            if device.type not in self._warned:
+                self._warned.add(device.type)
+                log.warning("GPU type %r is not one pipeplan knows: using its peak_flops for every dtype",
+                            device.type)
+            return device.peak_flops, device.mem_bandwidth
+        dtype: str = self.dtype
+        if dtype == "fp32" and ((kind in _MATMUL_KINDS and self.tf32_matmul) or (kind == "conv" and self.tf32_conv)):
+            dtype = "tf32"
+        if kind not in _MATMUL_KINDS and kind != "conv" and dtype == "tf32":
+            dtype = "fp32"
+        return spec.peak(dtype), spec.mem_bandwidth
+
+    def host_time(self, layer: Layer) -> float:
+        """Seconds the host spends launching ``layer``."""
+        p = self.params
+        module = p.host_module if layer.module_type != "functional" else 0.0
+        return module + p.host_kernel * layer.kernels + p.host_view * max(0, len(layer.ops) - layer.kernels)
+
+    def device_time(self, layer: Layer, device: Device) -> float:
+        """Seconds the GPU spends on ``layer`` alone, idle."""
+        if layer.kind in _NO_KERNEL_KINDS:
+            return 0.0
+        p = self.params
+        flop_rate, byte_rate = self._peaks(device, layer.kind)
+        eff = {"linear": p.eff_linear, "conv": p.eff_conv, "attention": p.eff_attention}.get(layer.kind, p.eff_other)
+        compute = 0.0
+        if layer.flops:
+            compute = layer.flops / (flop_rate * eff * layer.flops / (layer.flops + p.flops_half))
+        traffic = (layer.bytes_read + layer.bytes_written) * dtype_bytes(self.dtype) / 4
+        eff_mem = p.eff_elementwise if layer.kind in _STREAMING_KINDS else p.eff_memory
+        return p.kernel_time * layer.kernels + max(compute, traffic / (byte_rate * eff_mem))
+
+    # -- CostModel ----------------------------------------------------------------------------
+
+    def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
+        """One layer on its own: the longer of launching it and running it (no per-pass costs)."""
+        share = sharing(load if load is not None else device.load, self.params.sharing)
+        return max(self.host_time(layer), self.device_time(layer, device) * (1.0 + share.stretch))
+
+    def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
+        """Each layer's share of one pass over ``layers`` in order: increments of the queue's
+        completion time, the pass's own costs (entry, sync, slice waits) spread in proportion, so
+        that the times add up to :meth:`pass_time`."""
+        load = load if load is not None else device.load
+        share = sharing(load, self.params.sharing)
+        host, done = self.params.host_pass, 0.0
+        increments = []
+        for layer in layers:
+            host += self.host_time(layer)
+            finish = max(done, host) + self.device_time(layer, device) * (1.0 + share.stretch)
+            increments.append(finish - done)
+            done = finish
+        total = sum(increments)
+        if not total:
+            return increments
+        scale = (total + share.wait) / total
+        return [t * scale for t in increments]
+
+    def pass_time(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> float:
+        """Wall seconds of one forward over ``layers``, launched by one process and synchronised
+        at its end: what a pipeline stage waits for."""
+        return sum(self.layer_times(layers, device, load))
