@@ -23,6 +23,7 @@ _EXPORTS = {
     "LearnedCostModel": "costmodel.learned",
     "load_cost_model": "costmodel.registry",
     "capture": "costmodel.capture",
+    "register_flop_formula": "costmodel.capture_ops",
     "parse_granularity": "costmodel.capture",
     "GraphError": "costmodel.graph",
     "Layer": "costmodel.graph",

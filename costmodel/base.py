@@ -44,6 +44,9 @@ class CostModel(ABC):
     """
 
     name: str = "cost model"
+    # Set by costmodel.registry.load_cost_model, so that a plan records exactly which model made it:
+    spec: str | None = None  # what to load it again with: a name, or a model file's absolute path
+    digest: str | None = None  # "sha256:…" of the model file; None for a model without a file
 
     @abstractmethod
     def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:

@@ -34,7 +34,7 @@ from __future__ import annotations
 import logging
 import re
 import sys
-from collections import Counter, defaultdict
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -43,15 +43,14 @@ import torch
 from torch import nn
 from torch.export.graph_signature import InputKind
 
+from costmodel.capture_ops import report_uncounted
+from costmodel.capture_owners import Owners
 from costmodel.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
 from costmodel.graph import Layer, ModelGraph, TensorInfo
 
 __all__ = ["CaptureError", "CapturedProgram", "capture", "capture_program", "parse_granularity"]
 
 log = logging.getLogger(__name__)
-
-_BLOCK_MIN_INSTANCES = 8
-
 
 class CaptureError(ValueError):
     """The model could not be exported, or the capture options are wrong."""
@@ -75,87 +74,6 @@ class _Group:
     path: str  # module path for module groups, scope for functional ones
     call: int  # which call of the module (0 for the first)
     ops: list[torch.fx.Node] = field(default_factory=list)
-
-
-def _depth(path: str) -> int:
-    return 0 if path == "" else path.count(".") + 1
-
-
-def _call_index(key: str) -> int:
-    m = re.search(r"@(\d+)$", key)
-    return int(m.group(1)) if m else 0
-
-
-def _block_paths(model: nn.Module) -> set[str]:
-    """Paths of the modules that ``granularity='block'`` treats as one layer each."""
-    candidates: dict[str, list[str]] = defaultdict(list)
-    for path, module in model.named_modules():
-        if not isinstance(module, (nn.ModuleList, nn.Sequential)):
-            continue
-        children = list(module.named_children())
-        classes = Counter(type(c).__name__ for _, c in children)
-        for name, child in children:
-            if classes[type(child).__name__] >= 2 and any(True for _ in child.children()):
-                candidates[type(child).__name__].append(f"{path}.{name}" if path else name)
-    # A class of its own (BasicBlock, GPT2Block) names a block better than a bare container.
-    named = {c: paths for c, paths in candidates.items() if c not in ("Sequential", "ModuleList")}
-    candidates = named or candidates
-    if not candidates:
-        return set()
-
-    def mean_depth(cls: str) -> float:
-        return sum(_depth(p) for p in candidates[cls]) / len(candidates[cls])
-
-    many = [c for c in candidates if len(candidates[c]) >= _BLOCK_MIN_INSTANCES]
-    if many:
-        chosen = min(many, key=lambda c: (mean_depth(c), -len(candidates[c])))
-    else:
-        chosen = max(candidates, key=lambda c: (len(candidates[c]), -mean_depth(c)))
-    return set(candidates[chosen])
-
-
-class _Owners:
-    """Decides which module (or functional scope) owns an operator at the chosen granularity."""
-
-    def __init__(self, model: nn.Module, granularity: str) -> None:
-        self.mode, self.depth = parse_granularity(granularity)
-        self.modules = dict(model.named_modules())
-        self.blocks = _block_paths(model) if self.mode == "block" else set()
-        if self.mode == "block" and not self.blocks:
-            log.warning("no repeated blocks found in %s; using leaf granularity", type(model).__name__)
-
-    def is_leaf(self, path: str) -> bool:
-        module = self.modules.get(path)
-        return module is not None and not any(True for _ in module.children())
-
-    def owner(self, n: torch.fx.Node) -> tuple[bool, str, int]:
-        """(functional?, module path or scope, call index) for one operator."""
-        stack = list((n.meta.get("nn_module_stack") or {}).items())
-        entries = [(key, path) for key, (path, _cls) in stack]
-        if not entries:
-            return True, "", 0
-        if self.mode == "block":
-            for key, path in reversed(entries):
-                if path in self.blocks:
-                    return False, path, _call_index(key)
-        if self.mode == "depth":
-            assert self.depth is not None
-            for key, path in entries:
-                if _depth(path) >= self.depth:
-                    cut = ".".join(path.split(".")[: self.depth])
-                    return False, cut, _call_index(key)
-            key, path = entries[-1]
-            if self.is_leaf(path):
-                return False, path, _call_index(key)
-            return True, path, 0
-        key, path = entries[-1]
-        if self.is_leaf(path):
-            return False, path, _call_index(key)
-        return True, path, 0
-
-    def class_name(self, path: str) -> str:
-        module = self.modules.get(path)
-        return type(module).__name__ if module is not None else "Module"
 
 
 class _UnionFind:
@@ -228,10 +146,15 @@ def capture_program(
     ['0', '1']
     """
     kwargs = kwargs or {}
-    owners = _Owners(model, granularity)
+    owners = Owners(model, *parse_granularity(granularity))
     model.eval()
     ep = _export(model, args, kwargs)
-    stats = op_stats(ep, args, kwargs)
+    try:
+        stats = op_stats(ep, args, kwargs)
+    except Exception as exc:  # an operator the FLOP counter cannot run; say which and why
+        raise CaptureError(f"counting the FLOPs of {type(model).__name__}'s exported graph failed: {exc}. "
+                           "If the failing operator is a custom one, give it a fake (meta) kernel with "
+                           "torch.library.register_fake") from exc
     graph_nodes = list(ep.graph.nodes)
 
     # -- placeholders: parameters, buffers and constants versus the model's inputs ----------
@@ -244,7 +167,8 @@ def capture_program(
     groups: list[_Group] = []
     module_groups: dict[tuple[str, int], _Group] = {}
     assign: dict[str, int] = {}
-    ops = [n for n in graph_nodes if n.op == "call_function" and _is_real(n, stats[n.name])]
+    ops, dead = _live([n for n in graph_nodes if n.op == "call_function" and _is_real(n, stats[n.name])],
+                      next(n for n in graph_nodes if n.op == "output"))
     for n in ops:
         functional, path, call = owners.owner(n)
         if not functional:
@@ -310,8 +234,41 @@ def capture_program(
         uf.union(target, g.gid)
         q = nx.contracted_nodes(q, target, g.gid, self_loops=False, copy=False)
 
-    return _build(model, name or type(model).__name__, granularity, owners, groups, uf, ops,
-                  graph_nodes, placeholder_kind, stats, assign, ep, args, kwargs)
+    captured = _build(model, name or type(model).__name__, granularity, owners, groups, uf, ops,
+                      graph_nodes, placeholder_kind, stats, assign, ep, args, kwargs)
+    graph = captured.graph
+    if dead:
+        scopes = list(dict.fromkeys(_dead_name(owners, n) for n in dead))
+        graph.meta["dropped_dead"] = scopes
+        log.info("%s: dropped %d operator(s) whose results nothing uses, in %s",
+                 graph.model, len(dead), ", ".join(scopes))
+    uncounted = report_uncounted(graph.model, ((captured.node_layers[n.name], stats[n.name].uncounted)
+                                              for n in ops if stats[n.name].uncounted))
+    if uncounted:
+        graph.meta["uncounted_ops"] = uncounted
+    return captured
+
+
+def _dead_name(owners: Owners, n: torch.fx.Node) -> str:
+    """What a dropped operator would have been called: its module, or ``scope:op`` for glue."""
+    functional, path, _ = owners.owner(n)
+    return (f"{path}:{n.name}" if path else n.name) if functional else path
+
+
+def _live(ops: list[torch.fx.Node], output: torch.fx.Node) -> tuple[list[torch.fx.Node], list[torch.fx.Node]]:
+    """Split ``ops`` into (live, dead): live operators reach the model's output or have a side
+    effect (an in-place write such as ``index_put_`` into a tensor used later), or feed one that
+    does.  Export keeps a module whose result is unused; it costs time but is not the model's work.
+    """
+    impure = [n for n in ops if n.is_impure()]
+    live: set[torch.fx.Node] = set()
+    stack = [*output.all_input_nodes, *impure]
+    while stack:
+        n = stack.pop()
+        if n not in live:
+            live.add(n)
+            stack.extend(n.all_input_nodes)
+    return [n for n in ops if n in live], [n for n in ops if n not in live]
 
 
 def _is_real(n: torch.fx.Node, stats: OpStats) -> bool:
@@ -319,7 +276,7 @@ def _is_real(n: torch.fx.Node, stats: OpStats) -> bool:
     return stats.flops > 0 or tensor_bytes(n.meta.get("val")) > 0 or bool(n.users)
 
 
-def _build(model: nn.Module, name: str, granularity: str, owners: _Owners, groups: list[_Group],
+def _build(model: nn.Module, name: str, granularity: str, owners: Owners, groups: list[_Group],
            uf: _UnionFind, ops: list[torch.fx.Node], graph_nodes: list[torch.fx.Node],
            placeholder_kind: dict[str, str], stats: dict[str, OpStats], assign: dict[str, int],
            ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CapturedProgram:

@@ -111,9 +111,33 @@ def cmd_train(args: argparse.Namespace) -> None:
     if evaluation:
         for name in ("main", "linear"):
             o = evaluation[name]["overall"]
-            console.print(f"{name:>6}: held-out MAPE {o['mape']:.1f}%, {o['within10']:.0f}% within ±10% "
-                          f"({o['n']} rows)")
+            lo, hi = o["mape_interval"]  # a bootstrap over a handful of configurations is too narrow
+            interval = "" if evaluation.get("cannot_judge") else f" (90% interval {lo:.1f}–{hi:.1f}%)"
+            console.print(f"{name:>6}: held-out MAPE {o['mape']:.1f}%{interval}, "
+                          f"{o['within10']:.0f}% within ±10% ({o['n']} rows, {evaluation['test_configs']} "
+                          "configurations)")
+        if evaluation.get("cannot_judge"):
+            console.print(f"[bold yellow]warning:[/] {evaluation['cannot_judge']}", highlight=False)
+    _print_coverage(console, model.meta["coverage"])
     console.print(f"model written to {args.out}")
+
+
+def _print_coverage(console: Any, cover: dict[str, Any]) -> None:
+    """Rows, configurations and held-out configurations per layer kind, and the gaps."""
+    from rich.table import Table
+
+    table = Table(title="coverage by layer kind", title_justify="left")
+    for column in ("kind", "rows", "configurations", "held out"):
+        table.add_column(column, justify="left" if column == "kind" else "right")
+    for kind, c in cover["by_kind"].items():
+        table.add_row(kind, str(c["rows"]), str(c["configs"]), str(c["held_out_configs"]))
+    console.print(table)
+    if cover["without_held_out"]:
+        console.print(f"[yellow]no held-out rows[/] for {', '.join(cover['without_held_out'])}: "
+                      "their error is unknown", highlight=False)
+    if cover["missing"]:
+        console.print(f"[yellow]no rows at all[/] for {', '.join(cover['missing'])}: the model extrapolates "
+                      "for every such layer", highlight=False)
 
 
 def cmd_report(args: argparse.Namespace) -> None:

@@ -9,6 +9,8 @@ PyTorch's counter has no formula for the CPU fused attention kernel, so an eager
 zero FLOPs for ``scaled_dot_product_attention``.  :func:`register_extra_flop_formulas` adds the
 standard formula (the one the counter already uses for the CUDA kernels) for that kernel; it runs
 on import, so totals taken with ``FlopCounterMode`` anywhere in the process include attention.
+Operators the counter has no formula for at all (custom ones) are handled in
+:mod:`costmodel.capture_ops`: a formula registered by name, the op's Python body, or a warning.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ import torch.fx
 from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
+
+from costmodel.capture_ops import UncountedOps, body_flops, flop_formulas
 
 __all__ = [
     "KINDS",
@@ -45,6 +49,7 @@ class OpStats:
     bytes_read: int
     bytes_written: int
     is_view: bool
+    uncounted: tuple[str, ...] = ()  # foreign operators inside that got no FLOPs (capture_ops)
 
 
 def register_extra_flop_formulas() -> None:
@@ -85,18 +90,34 @@ def is_view_op(target: Any) -> bool:
 
 
 class _FlopInterpreter(torch.fx.Interpreter):
-    """Runs a graph node by node, each under its own FlopCounterMode."""
+    """Runs a graph node by node, each under its own FlopCounterMode.
+
+    Per node it also keeps the foreign operators that ran without a FLOP formula
+    (:mod:`costmodel.capture_ops`); a ``custom_op`` with no formula is counted from its Python
+    body when that body runs on fake tensors.
+    """
 
     def __init__(self, gm: torch.fx.GraphModule) -> None:
         super().__init__(gm, garbage_collect_values=True)
         self.flops: dict[str, int] = {}
+        self.uncounted: dict[str, tuple[str, ...]] = {}
+        self.formulas = flop_formulas()
 
     def run_node(self, n: torch.fx.Node) -> Any:
         if n.op != "call_function":
             return super().run_node(n)
-        with FlopCounterMode(display=False) as counter:
+        counter = FlopCounterMode(display=False, custom_mapping=self.formulas)
+        with UncountedOps(counter) as missing, counter:
             result = super().run_node(n)
-        self.flops[n.name] = int(counter.get_total_flops())
+        flops, uncounted = int(counter.get_total_flops()), missing.names
+        if uncounted and flops == 0:
+            args, kwargs = self.fetch_args_kwargs_from_env(n)
+            from_body = body_flops(n.target, args, kwargs, self.formulas)
+            if from_body is not None:
+                flops, uncounted = from_body
+        self.flops[n.name] = flops
+        if uncounted:
+            self.uncounted[n.name] = tuple(uncounted)
         return result
 
 
@@ -119,7 +140,9 @@ def op_stats(ep: torch.export.ExportedProgram, args: tuple[Any, ...],
     """FLOPs and memory traffic of every ``call_function`` node of ``ep``, keyed by node name."""
     gm = ep.graph_module
     with FakeTensorMode(allow_non_fake_inputs=True) as mode:
-        fake = [mode.from_tensor(v) if isinstance(v, torch.Tensor) else v
+        # Detached: a forward needs no autograd, and FlopCounterMode's module tracker crashes on
+        # a parameter that requires grad inside a ``torch.cond`` branch (no grad_fn there).
+        fake = [mode.from_tensor(v.detach()) if isinstance(v, torch.Tensor) else v
                 for v in _runtime_inputs(ep, args, kwargs or {})]
         interp = _FlopInterpreter(gm)
         interp.run(*fake)
@@ -129,7 +152,7 @@ def op_stats(ep: torch.export.ExportedProgram, args: tuple[Any, ...],
             continue
         out = tensor_bytes(n.meta.get("val"))
         if is_view_op(n.target):
-            stats[n.name] = OpStats(interp.flops.get(n.name, 0), 0, 0, True)
+            stats[n.name] = OpStats(interp.flops.get(n.name, 0), 0, 0, True, interp.uncounted.get(n.name, ()))
             continue
         args_in = _unique_node_args(n)
         if op_name(n.target) in _GATHER_OPS and n.args and isinstance(n.args[0], torch.fx.Node):
@@ -138,7 +161,7 @@ def op_stats(ep: torch.export.ExportedProgram, args: tuple[Any, ...],
             read = out + sum(tensor_bytes(a.meta.get("val")) for a in args_in if a is not table)
         else:
             read = sum(tensor_bytes(a.meta.get("val")) for a in args_in)
-        stats[n.name] = OpStats(interp.flops.get(n.name, 0), read, out, False)
+        stats[n.name] = OpStats(interp.flops.get(n.name, 0), read, out, False, interp.uncounted.get(n.name, ()))
     return stats
 
 
@@ -166,7 +189,7 @@ def op_name(target: Any) -> str:
 _OP_KINDS: list[tuple[tuple[str, ...], str]] = [
     (("scaled_dot_product", "flash_attention", "efficient_attention"), "attention"),
     (("aten.linear", "aten.addmm"), "linear"),
-    (("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.einsum"), "matmul"),
+    (("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.einsum", "grouped_mm"), "matmul"),
     (("conv",), "conv"),
     (("layer_norm", "group_norm", "rms_norm"), "layernorm"),
     (("batch_norm",), "batchnorm"),

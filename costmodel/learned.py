@@ -173,7 +173,7 @@ class LearnedCostModel(CostModel):
         ``progress`` hears each phase as it starts (on 2 cores the whole training, evaluation
         included, took 1 min on the 5,572-row Xeon profile and 2.5 min on the 8,092-row EPYC one,
         most of it fitting the Gaussian processes)."""
-        from costmodel.evaluation import evaluate_split
+        from costmodel.evaluation import coverage, evaluate_split, judgement
 
         say = progress or (lambda _: None)
         if not rows:
@@ -186,11 +186,18 @@ class LearnedCostModel(CostModel):
             "levels": sorted({str(r["contention"]) for r in rows}),
             "device_names": sorted({str(r.get("device_name", "")) for r in rows}), "seed": seed,
         }
+        test_rows: list[dict[str, Any]] = []
         if evaluate:
             train_idx, test_idx = held_out_split(rows, seed=seed)
+            test_rows = [rows[i] for i in test_idx]
             say(f"fitting on the {len(train_idx)} rows of 3/4 of the shapes, to evaluate on the other 1/4")
             held_out = fit_estimators([rows[i] for i in train_idx], vocabulary, seed)
-            meta["evaluation"] = evaluate_split(held_out, vocabulary, [rows[i] for i in test_idx])
+            meta["evaluation"] = evaluate_split(held_out, vocabulary, test_rows)
+            too_small = judgement(meta["evaluation"])
+            if too_small is not None:
+                meta["evaluation"]["cannot_judge"] = too_small
+                log.warning("held-out evaluation: %s", too_small)
+        meta["coverage"] = coverage(rows, test_rows)
         say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()

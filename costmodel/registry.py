@@ -5,7 +5,14 @@
   profile and model per CPU the project's 2-core VMs have had (``costmodel/data/``; how each was
   made is in ``costmodel/data/README.md``); a CPU with none of its own gets the first, which warns;
 - ``"learned-NAME"``: the shipped model of one CPU, whatever this machine is (``learned-xeon``);
+- ``"analytic-gpu"``: the host/device queue model of eager PyTorch on a GPU with time-sliced sharing,
+  fitted on an H100 (:mod:`costmodel.gpu`);
+- ``"gpu"``: the best GPU model shipped: ``learned-h100`` once a GPU profile and its model exist
+  (``GPU_LEARNED``), ``analytic-gpu`` until then;
 - anything else: the path of a model file written by ``pipeplan costmodel train``.
+
+A model loaded from a file carries ``spec`` and ``digest`` (:mod:`costmodel.provenance`), which a
+plan records, so that a run re-predicts with that very model.
 """
 
 from __future__ import annotations
@@ -16,7 +23,8 @@ from pathlib import Path
 
 from costmodel.base import CostModel
 
-__all__ = ["SHIPPED", "SHIPPED_DATASET", "SHIPPED_MODEL", "SHIPPED_NAMES", "Shipped", "file_version",
+__all__ = ["GPU_LEARNED", "GPU_NAMES", "SHIPPED",
+           "SHIPPED_DATASET", "SHIPPED_MODEL", "SHIPPED_NAMES", "Shipped", "file_version",
            "load_cost_model", "resolve_model_path", "shipped_for"]
 
 _DATA = Path(__file__).parent / "data"
@@ -43,6 +51,11 @@ SHIPPED_NAMES = {f"learned-{s.name}": s for s in SHIPPED}
 SHIPPED_MODEL = SHIPPED[0].model
 SHIPPED_DATASET = SHIPPED[0].dataset
 
+# The learned GPU model ``gpu`` prefers. No GPU profile has been taken with the wall-clock profiler
+# yet (issue 15, item 5), so this file does not exist and ``gpu`` is ``analytic-gpu``.
+GPU_LEARNED = _DATA / "gpu" / "learned-h100.zip"
+GPU_NAMES = ("gpu", "analytic-gpu", "learned-h100")
+
 
 def shipped_for(cpu: str | None = None) -> Shipped:
     """The shipped profile of ``cpu`` (a ``device_name``; default: this machine's CPU), or the
@@ -57,7 +70,8 @@ def resolve_model_path(spec: str) -> Path:
     shipped = shipped_for() if spec == "learned" else SHIPPED_NAMES.get(spec)
     path = shipped.model if shipped is not None else Path(spec)
     if not path.is_file():
-        raise ValueError(f"cost model {spec!r}: no such model file (use 'analytic', 'learned', "
+        raise ValueError(f"cost model {spec!r}: no such model file (use 'analytic', 'learned', 'gpu', "
+                         "'analytic-gpu', "
                          f"{', '.join(repr(n) for n in SHIPPED_NAMES)} or the path of a file written by "
                          "`pipeplan costmodel train`)")
     return path
@@ -78,15 +92,31 @@ def _load_learned(path: str, version: tuple[int, int, int, int]) -> CostModel:
     return LearnedCostModel.load(path)
 
 
+def _load_gpu(name: str) -> CostModel:
+    """``gpu``, ``analytic-gpu`` or ``learned-h100`` (see the module docstring)."""
+    from costmodel.gpu import GpuCostModel
+
+    if name == "analytic-gpu" or (name == "gpu" and not GPU_LEARNED.is_file()):
+        return GpuCostModel()
+    if not GPU_LEARNED.is_file():
+        raise ValueError(f"cost model {name!r}: no GPU profile has been shipped yet ({GPU_LEARNED} is missing); "
+                         "use 'gpu' or 'analytic-gpu', or profile a GPU with `pipeplan profile --gpu 0` and train one")
+    return _load_learned(str(GPU_LEARNED.resolve()), file_version(GPU_LEARNED))
+
+
 def load_cost_model(spec: str = "analytic") -> CostModel:
     """The cost model named by ``spec``; raises ``ValueError`` naming the problem otherwise.
 
-    >>> load_cost_model("analytic").name
-    'analytic'
+    >>> load_cost_model("analytic").name, load_cost_model("GPU").name
+    ('analytic', 'analytic-gpu')
     """
     from costmodel.analytic import RooflineModel
 
     if spec == "analytic":
         return RooflineModel()
+    if spec.strip().lower() in GPU_NAMES:
+        return _load_gpu(spec.strip().lower())
+    from costmodel.provenance import stamped
+
     path = resolve_model_path(spec)
-    return _load_learned(str(path.resolve()), file_version(path))
+    return stamped(_load_learned(str(path.resolve()), file_version(path)), spec, path)

@@ -43,10 +43,27 @@ def markdown_report(model: LearnedCostModel) -> str:
                   "| | rows | main MAPE % | main within ±10% | linear MAPE % | linear within ±10% |",
                   "|---|---:|---:|---:|---:|---:|",
                   _row("**overall**", evaluation["main"]["overall"], evaluation["linear"]["overall"]), ""]
+        interval = evaluation["main"]["overall"].get("mape_interval")
+        if interval and not evaluation.get("cannot_judge"):
+            lines += [f"90% interval of the main MAPE over held-out configurations: "
+                      f"{interval[0]:.1f}–{interval[1]:.1f}%.", ""]
+        if evaluation.get("cannot_judge"):
+            lines += [f"**Warning:** {evaluation['cannot_judge']}.", ""]
         lines += _table("By contention level", "by_contention", evaluation)
         lines += _table("By layer type", "by_kind", evaluation)
     else:
         lines += ["(trained without a held-out evaluation)", ""]
+    cover = meta.get("coverage")
+    if cover:
+        lines += ["## Coverage by layer kind", "", "| kind | rows | configurations | held out |",
+                  "|---|---:|---:|---:|"]
+        lines += [f"| {k} | {c['rows']} | {c['configs']} | {c['held_out_configs']} |"
+                  for k, c in cover["by_kind"].items()]
+        if cover["without_held_out"]:
+            lines += ["", f"No held-out rows (error unknown): {', '.join(cover['without_held_out'])}."]
+        if cover["missing"]:
+            lines += ["", f"No rows at all (the model extrapolates): {', '.join(cover['missing'])}."]
+        lines += [""]
     lines += ["## What decides the time (decision-tree feature importances, summed per factor)", "",
               "| factor | importance |", "|---|---:|"]
     lines += [f"| {name} | {value:.3f} |" for name, value in (meta.get("importances") or {}).items()]

@@ -46,20 +46,34 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
     loaded.  A device without ``--load`` is taken to be idle: the executor starts nothing on it.
     (A plan does not record the loads it was made under, so this is done for every run; the table
     shows it where it differs from the plan's figures.)
+
+    The model is the plan's own (its ``costmodel`` spec, whose file must still have the plan's
+    ``costmodel_digest``), unless the run names another; a missing or changed file is said in the
+    notes and nothing is re-predicted, since another model's figures would pass for the plan's.
     """
+    from costmodel.provenance import load_recorded_cost_model
     from costmodel.registry import load_cost_model
 
     cluster = Cluster.from_dict(setup.cluster)
     loads = {s.device: Contention.parse(s.load) if s.load else Contention() for s in setup.stages}
-    spec = setup.options.costmodel or plan.costmodel
+    notes: list[str] = []
     try:
-        model = load_cost_model(spec)
+        if setup.options.costmodel:
+            model = load_cost_model(setup.options.costmodel)
+            if plan.costmodel_digest is not None and model.digest != plan.costmodel_digest:
+                notes.append(f"stage times re-predicted with {setup.options.costmodel!r} as asked, not with the "
+                             f"plan's cost model {plan.costmodel!r} ({plan.costmodel_digest})")
+        else:
+            model = load_recorded_cost_model(plan.costmodel, plan.costmodel_digest)
     except ValueError as exc:
         return None, None, [f"stage times not re-predicted under the run's load: {exc}"]
+    spec = model.spec or model.name
+    if not setup.options.costmodel and spec != plan.costmodel:
+        notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
     times = [sum(model.layer_times([graph[name] for name in stage.layers],
                                    cluster.device(stage.device).with_load(loads[stage.device])))
              for stage in plan.stages]
-    return times, spec, []
+    return times, spec, notes
 
 
 def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:

@@ -1,8 +1,13 @@
 """A plan: ordered pipeline stages, each on one device, with predicted times and a certificate.
 
-Plans are versioned JSON (``format: pipeplan.plan``, ``version: 1``) so the executor, the service
-and people can read them.  Every planner builds its plan through :func:`planner.simulate.make_plan`
-so all plans are scored by the same rules.
+Plans are versioned JSON (``format: pipeplan.plan``, ``version: 2``) so the executor, the service
+and people can read them.  Version 2 added ``costmodel_digest``: ``costmodel`` is the spec the plan
+was made with (``analytic``, ``learned``, a shipped ``learned-NAME`` or a model file's path) and the
+digest is the SHA-256 of that model file, so that ``pipeplan run`` re-predicts with the very same
+model or says why it cannot.  Version 1 plans still load (with no digest).
+
+Every planner builds its plan through :func:`planner.simulate.make_plan` so all plans are scored by
+the same rules.
 """
 
 from __future__ import annotations
@@ -20,7 +25,8 @@ if TYPE_CHECKING:
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage", "relative_gap", "source_of"]
 
 PLAN_FORMAT = "pipeplan.plan"
-PLAN_VERSION = 1
+PLAN_VERSION = 2
+_READABLE_VERSIONS = (1, 2)  # 1: before costmodel_digest
 
 
 # Graph metadata that, with the graph's model, batch size and granularity, rebuilds the captured
@@ -90,6 +96,9 @@ class Plan:
     batch_size: int = 1  # samples per microbatch
     # How to rebuild the captured module (see source_of); None in plans written before it existed.
     source: dict[str, Any] | None = None
+    # "sha256:…" of the cost-model file ``costmodel`` named when the plan was made; None for the
+    # analytic model (no file) and in version-1 plans.
+    costmodel_digest: str | None = None
 
     @property
     def throughput(self) -> float:
@@ -119,7 +128,8 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {
             "format": PLAN_FORMAT, "version": PLAN_VERSION, "model": self.model,
-            "cluster": self.cluster, "costmodel": self.costmodel, "batch_size": self.batch_size,
+            "cluster": self.cluster, "costmodel": self.costmodel, "costmodel_digest": self.costmodel_digest,
+            "batch_size": self.batch_size,
             "options": asdict(self.options), "bottleneck": self.bottleneck,
             "throughput": self.throughput, "latency": self.latency,
             "peak_memory": self.peak_memory, "certificate": asdict(self.certificate),
@@ -136,19 +146,22 @@ class Plan:
     def from_dict(cls, doc: Any) -> Plan:
         if not isinstance(doc, dict) or doc.get("format") != PLAN_FORMAT:
             raise PlanError(f"not a pipeplan plan: 'format' must be {PLAN_FORMAT!r}")
-        if doc.get("version") != PLAN_VERSION:
-            raise PlanError(f"unknown plan version {doc.get('version')!r}: this pipeplan reads "
-                            f"version {PLAN_VERSION}")
+        if doc.get("version") not in _READABLE_VERSIONS:
+            raise PlanError(f"unknown plan version {doc.get('version')!r}: this pipeplan reads versions "
+                            f"{', '.join(map(str, _READABLE_VERSIONS))}; make the plan again with this pipeplan")
         source = doc.get("source")
         if source is not None and not isinstance(source, dict):
             raise PlanError(f"malformed plan: 'source' must be an object, got {type(source).__name__}")
+        digest = doc.get("costmodel_digest")
+        if digest is not None and not isinstance(digest, str):
+            raise PlanError(f"malformed plan: 'costmodel_digest' must be a string, got {type(digest).__name__}")
         try:
             return cls(
                 model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
                 options=PlanOptions(**doc["options"]),
                 stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
                 latency=float(doc["latency"]), certificate=Certificate(**doc["certificate"]),
-                batch_size=int(doc.get("batch_size", 1)), source=source,
+                batch_size=int(doc.get("batch_size", 1)), source=source, costmodel_digest=digest,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"malformed plan: {exc}") from None

@@ -148,6 +148,8 @@ def make_plan(problem: Problem, assignment: Mapping[str, str] | Sequence[int], c
     ev = evaluate(problem, assignment, order)
     if ev.violation is not None:
         raise PlanError(f"{certificate.method} produced an invalid plan: {ev.violation}")
-    return Plan(model=problem.graph.model, cluster=problem.cluster.name, costmodel=problem.costmodel.name,
-                options=problem.options, stages=ev.stages, bottleneck=ev.bottleneck, latency=ev.latency,
+    return Plan(model=problem.graph.model, cluster=problem.cluster.name,
+                costmodel=problem.costmodel.spec or problem.costmodel.name,
+                costmodel_digest=problem.costmodel.digest, options=problem.options, stages=ev.stages,
+                bottleneck=ev.bottleneck, latency=ev.latency,
                 certificate=certificate, batch_size=problem.graph.batch_size, source=source_of(problem.graph))

@@ -71,3 +71,19 @@ def test_the_learned_model_moves_work_off_a_loaded_core(tmp_path: Path) -> None:
 def test_an_unknown_cost_model_is_a_clear_error() -> None:
     result = run("costs", "mlp", "--cluster", "local-cpu", "--costmodel", "nonsense.zip")
     assert result.returncode == 2 and "cost model 'nonsense.zip'" in result.stderr
+
+
+def test_train_on_a_tiny_profile_warns_that_it_cannot_judge_and_shows_coverage(tmp_path: Path) -> None:
+    rows = read_dataset(SHIPPED_DATASET)
+    few = sorted({r["config"] for r in rows if r["config"].startswith("linear:")})[:6]
+    few += sorted({r["config"] for r in rows if r["config"].startswith("layernorm:")})[:2]
+    data = tmp_path / "tiny.csv"
+    write_rows(data, [r for r in rows if r["config"] in few])
+    trained = run("costmodel", "train", str(data), "--out", str(tmp_path / "m.zip"))
+    assert trained.returncode == 0, trained.stderr
+    out = " ".join(trained.stdout.split())  # rich wraps long lines
+    assert "warning: only 2 layer configurations held out (at least 20 are needed)" in out
+    assert "coverage by layer kind" in out and "90% interval" not in out  # too few to bootstrap
+    assert "no held-out rows for layernorm" in out and "no rows at all for conv, matmul, attention" in out
+    report = run("costmodel", "report", str(tmp_path / "m.zip"))
+    assert report.returncode == 0 and "only 2 layer configurations" in " ".join(report.stdout.split())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import io
 import json
 import logging
@@ -148,8 +149,12 @@ def test_a_file_that_would_build_arbitrary_objects_is_refused(tmp_path) -> None:
 
 def test_registry_names_the_shipped_model_and_refuses_unknown_specs() -> None:
     assert load_cost_model("learned").name == "learned"
-    assert load_cost_model("learned") is load_cost_model(str(shipped_for().model))
-    assert load_cost_model("learned-xeon") is load_cost_model(str(SHIPPED_MODEL))
+    # one file is read once (the estimators are shared); each copy records the spec it was given
+    learned, by_path = load_cost_model("learned"), load_cost_model(str(shipped_for().model))
+    assert learned.fitted is by_path.fitted and learned.digest == by_path.digest
+    assert learned.spec == "learned" and by_path.spec == str(shipped_for().model.resolve())
+    assert load_cost_model("learned-xeon").fitted is load_cost_model(str(SHIPPED_MODEL)).fitted
+    assert learned.digest == "sha256:" + hashlib.sha256(shipped_for().model.read_bytes()).hexdigest()
     with pytest.raises(ValueError, match="no such model file"):
         load_cost_model("nonsense")
 
@@ -181,3 +186,32 @@ def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, exp
     monkeypatch.setattr(hardware, "cpu_name", lambda: name)
     monkeypatch.setattr(hardware, "cpu_model", lambda: model)
     assert shipped_for().name == expected
+
+
+def test_coverage_counts_rows_and_held_out_configurations_per_kind(trained, rows) -> None:
+    cover = trained.meta["coverage"]
+    _, test = held_out_split(rows, seed=0)
+    held = {rows[i]["config"] for i in test}
+    attention = {r["config"] for r in rows if r["layer_kind"] == "attention"}
+    assert cover["by_kind"]["attention"] == {"rows": 560, "configs": len(attention),
+                                             "held_out_configs": len(attention & held)}
+    assert sum(c["rows"] for c in cover["by_kind"].values()) == len(rows)
+    # the shipped CPU profile has never timed a softmax, a residual add or a reduction on its own
+    assert cover["missing"] == ["softmax", "elementwise", "reduction"]
+    evaluation = trained.meta["evaluation"]
+    lo, hi = evaluation["main"]["overall"]["mape_interval"]
+    assert lo < evaluation["main"]["overall"]["mape"] < hi
+    assert evaluation["test_configs"] >= 20 and "cannot_judge" not in evaluation
+
+
+def test_too_few_held_out_configurations_cannot_judge_the_model(rows, caplog) -> None:
+    few = sorted({r["config"] for r in rows if r["config"].startswith("linear:")})[:8]
+    small = [r for r in rows if r["config"] in few]
+    with caplog.at_level(logging.WARNING, logger="costmodel.learned"):
+        model = LearnedCostModel.train(small, seed=0)
+    evaluation = model.meta["evaluation"]
+    assert evaluation["test_configs"] == 2  # a quarter of 8
+    assert evaluation["cannot_judge"].startswith("only 2 layer configurations held out (at least 20")
+    assert "only 2 layer configurations" in caplog.text
+    assert model.meta["coverage"]["by_kind"] == {"linear": {"rows": len(small), "configs": 8, "held_out_configs": 2}}
+    assert "attention" in model.meta["coverage"]["missing"]

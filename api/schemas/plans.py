@@ -93,6 +93,7 @@ class PlanDoc(BaseModel):
     model: str
     cluster: str
     costmodel: str
+    costmodel_digest: str | None = Field(None, description="sha256:… of the cost-model file; null for analytic")
     batch_size: int
     options: dict[str, Any]
     bottleneck: float | None

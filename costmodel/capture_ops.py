@@ -1,0 +1,191 @@
+"""Operators ``FlopCounterMode`` cannot count: formulas pipeplan knows, formulas users register,
+and the list of operators that still got no FLOPs.
+
+``FlopCounterMode`` counts an operator with a formula, or by running its decomposition when it has
+one (``linear`` → ``addmm``).  A custom operator (``torch.library.custom_op``, a C++ extension, the
+MoE grouped matmul of ``transformers``) has neither, so it silently counts 0 — and a planner that
+believes the experts of an MoE layer are free puts them all in one stage.  This module closes
+that gap in three steps, in order of trust:
+
+1. a **formula** registered by name (:func:`register_flop_formula`; pipeplan ships the grouped
+   matmuls, ``aten::_grouped_mm`` and ``transformers::grouped_mm_fallback``);
+2. the operator's **Python implementation** (a ``torch.library.custom_op`` body) run on fake
+   tensors under the counter, which is the op's decomposition in all but name (:func:`body_flops`);
+   a body that needs real values (``offs.tolist()``) cannot run on fake tensors and is skipped;
+3. otherwise the operator is **reported**: :class:`UncountedOps` records every operator outside
+   ``aten``/``prims`` that ran without a formula, and :func:`report_uncounted` logs a warning
+   naming them and stores them in ``ModelGraph.meta["uncounted_ops"]``.
+
+``aten`` operators without a formula (``add``, ``relu``) count 0 by the counter's convention, on
+purpose: the roofline charges them by bytes moved.  Only foreign operators are suspect.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import torch
+from torch._library.custom_ops import _maybe_get_opdef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import FlopCounterMode
+
+__all__ = [
+    "FlopFormula",
+    "UncountedOps",
+    "body_flops",
+    "flop_formulas",
+    "qualified_name",
+    "register_flop_formula",
+    "report_uncounted",
+]
+
+log = logging.getLogger(__name__)
+
+#: ``formula(*input_shapes, out_shape=..., **kwargs) -> FLOPs``: tensors arrive as their shapes,
+#: the convention of :func:`torch.utils.flop_counter.register_flop_formula`.
+FlopFormula = Callable[..., int]
+
+_COUNTED_NAMESPACES = frozenset({"aten", "prims", "prim"})  # prim: metadata queries (prim::device)
+
+
+def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """Grouped matmul: every row of ``a`` meets one group's matrix, so the cost is that of one
+    matmul of all rows, however the rows are split among groups.
+
+    ``a (S, K) @ b (G, K, N) → (S, N)`` (MoE experts) and ``a (G, M, K) @ b (G, K, N)`` are
+    ``2·out·K``; ``a (M, ΣK) @ b (ΣK, N) → (G, M, N)`` splits K, so it is ``2·M·ΣK·N``.
+    """
+    if len(a_shape) == 2 and len(b_shape) == 2:
+        return 2 * int(a_shape[0]) * int(a_shape[1]) * int(b_shape[1])
+    out = 1
+    for d in out_shape:
+        out *= int(d)
+    return 2 * out * int(a_shape[-1])
+
+
+_FORMULAS: dict[str, FlopFormula] = {
+    "aten::_grouped_mm": _grouped_mm_flops,
+    "transformers::grouped_mm_fallback": _grouped_mm_flops,
+}
+
+
+def qualified_name(op: Any) -> str:
+    """``"ns::name"`` of an operator, an overload packet, or a ``"ns::name"``/``"ns.name"`` string."""
+    if isinstance(op, str):
+        text = op.strip()
+        if "::" not in text and text.count(".") >= 1:
+            ns, _, rest = text.partition(".")
+            text = f"{ns}::{rest.split('.')[0]}"
+        return text
+    packet = getattr(op, "overloadpacket", op)
+    name = getattr(packet, "_qualified_op_name", None)
+    if isinstance(name, str):
+        return name
+    return getattr(op, "__name__", str(op))
+
+
+def register_flop_formula(op: str | torch._ops.OpOverloadPacket, formula: FlopFormula) -> None:
+    """Count ``op`` (``"mylib::moe_mm"`` or ``torch.ops.mylib.moe_mm``) with ``formula`` in every
+    later capture, and stop warning that it is uncounted.
+
+    The operator need not be loaded yet: formulas are looked up by name when a graph uses them.
+    A formula returning 0 is the way to say "this operator really does no arithmetic".
+
+    >>> register_flop_formula("doctest::scaled_mm", lambda a, b, out_shape=None: 2 * a[0] * a[1] * b[1])
+    >>> _FORMULAS.pop("doctest::scaled_mm") is not None
+    True
+    """
+    name = qualified_name(op)
+    if "::" not in name:
+        raise ValueError(f"cannot register a FLOP formula for {op!r}: name the operator as "
+                         "'namespace::name' (e.g. 'mylib::moe_mm') or pass torch.ops.mylib.moe_mm")
+    if not callable(formula):
+        raise ValueError(f"the FLOP formula for {name} must be callable, got {type(formula).__name__}")
+    _FORMULAS[name] = formula
+
+
+def _resolve(name: str) -> torch._ops.OpOverloadPacket | None:
+    ns, _, op = name.partition("::")
+    try:
+        packet = getattr(getattr(torch.ops, ns), op)
+    except (AttributeError, RuntimeError):  # not loaded (yet) in this process
+        return None
+    return packet if isinstance(packet, torch._ops.OpOverloadPacket) else None
+
+
+def flop_formulas() -> dict[Any, FlopFormula]:
+    """The registered formulas whose operators are loaded, keyed by overload packet: the
+    ``custom_mapping`` of a :class:`FlopCounterMode`."""
+    resolved: dict[Any, FlopFormula] = {}
+    for name, formula in _FORMULAS.items():
+        packet = _resolve(name)
+        if packet is not None:
+            resolved[packet] = formula
+    return resolved
+
+
+class UncountedOps(TorchDispatchMode):
+    """Records the foreign operators that ran with no FLOP formula.
+
+    Enter it *before* (beneath) a :class:`FlopCounterMode`: the counter handles each operator
+    first, decomposing what it can, so this mode sees only what the counter finally ran.
+    """
+
+    supports_higher_order_operators = True
+
+    def __init__(self, counter: FlopCounterMode) -> None:
+        super().__init__()
+        self.counter = counter
+        self.names: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        packet = getattr(func, "overloadpacket", None)
+        if packet is not None and packet not in self.counter.flop_registry:
+            name = qualified_name(packet)
+            if name.split("::")[0] not in _COUNTED_NAMESPACES and name not in self.names:
+                self.names.append(name)
+        return func(*args, **kwargs)
+
+
+def body_flops(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
+               formulas: Mapping[Any, FlopFormula]) -> tuple[int, list[str]] | None:
+    """FLOPs of a ``torch.library.custom_op`` counted by running its Python body on (fake) tensors.
+
+    Returns (FLOPs, operators still uncounted inside the body), or ``None`` when ``target`` has no
+    Python body or the body cannot run without real values.
+    """
+    opdef = _maybe_get_opdef(target) if isinstance(target, torch._ops.OpOverload) else None
+    if opdef is None:
+        return None
+    counter = FlopCounterMode(display=False, custom_mapping=dict(formulas))
+    try:
+        with UncountedOps(counter) as inner, counter:
+            opdef._init_fn(*args, **kwargs)
+    except Exception as exc:  # a body may do anything; one that needs data cannot be counted
+        log.debug("cannot count %s from its Python body on fake tensors: %s", qualified_name(target), exc)
+        return None
+    return int(counter.get_total_flops()), inner.names
+
+
+def report_uncounted(model: str, layer_ops: Iterable[tuple[str, Iterable[str]]]) -> dict[str, list[str]]:
+    """Warn about operators that got no FLOPs; return ``{operator: [layers using it]}``.
+
+    ``layer_ops`` pairs each layer name with the uncounted operators inside it.
+    """
+    uncounted: dict[str, list[str]] = {}
+    for layer, names in layer_ops:
+        for name in names:
+            layers = uncounted.setdefault(name, [])
+            if layer not in layers:
+                layers.append(layer)
+    if uncounted:
+        listing = "; ".join(f"{op} in {', '.join(layers[:4])}{' …' if len(layers) > 4 else ''}"
+                            for op, layers in sorted(uncounted.items()))
+        log.warning("%s: %d operator(s) have no FLOP formula and were counted as 0 FLOPs: %s. Predicted "
+                    "times for these layers rest on bytes alone; register a formula with "
+                    "costmodel.register_flop_formula('namespace::op', formula)",
+                    model, len(uncounted), listing)
+    return uncounted
