@@ -197,11 +197,18 @@ def split_program(captured: CapturedProgram, stage_layers: Sequence[Sequence[str
             if node.op != "call_function" or stage[node.name] != k:
                 continue
             for arg in node.all_input_nodes:
-                if arg.name in state and arg not in env:
+                if arg in env:
+                    continue
+                if arg.name in state:
                     attr = _attr_name(arg.name, taken)
                     root.register_buffer(attr, state[arg.name])
-                    env[arg] = graph.get_attr(attr)
-                    env[arg].meta = dict(arg.meta)
+                elif arg.op == "get_attr":  # a subgraph a higher-order operator calls (torch.cond's branches)
+                    attr = _attr_name(str(arg.target), taken)
+                    root.add_module(attr, getattr(program.graph_module, str(arg.target)))
+                else:
+                    continue
+                env[arg] = graph.get_attr(attr)
+                env[arg].meta = dict(arg.meta)
             env[node] = graph.node_copy(node, lambda a: env[a])  # noqa: B023 - used at once
         missing = [n.name for n in outputs if n not in env]
         if missing:  # a bug in the live sets, not a user error: fail loudly
