@@ -114,6 +114,14 @@ def load_cost_model(spec: str = "analytic") -> CostModel:
 
     if spec == "analytic":
         return RooflineModel()
+    if spec.startswith("calibrated:"):  # another model scaled by what runs measured (costmodel.calibration)
+        from costmodel.calibration import CalibratedCostModel
+
+        return CalibratedCostModel(load_cost_model(spec.removeprefix("calibrated:")))
+    if spec.startswith("profile:"):  # a model's measured per-layer table (costmodel.profiled)
+        from costmodel.profiled import load_profiled
+
+        return load_profiled(spec)
     if spec.strip().lower() in GPU_NAMES:
         return _load_gpu(spec.strip().lower())
     from costmodel.provenance import stamped

@@ -61,6 +61,8 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds any send, receive or collective may wait (60)")
     p.add_argument("--run-timeout", type=float, default=3600.0, metavar="S", help="seconds for the whole run")
     p.add_argument("--seed", type=int, default=0, help="seed of the input batches (0)")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="do not record this run's stage times for calibrated:MODEL cost models")
 
 
 def cmd_run(args: argparse.Namespace) -> None:
@@ -78,7 +80,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         in_flight=args.in_flight, loads=parse_loads(args.load),
         check_batches=0 if args.no_check else args.check_batches, device=args.device, threads=args.threads,
         timeout=args.timeout, run_timeout=args.run_timeout, seed=args.seed, cluster=args.cluster,
-        costmodel=args.costmodel)
+        costmodel=args.costmodel, calibrate=not args.no_calibrate)
     console = Console() if sys.stdout.isatty() else Console(width=170)
     report: RunReport | None
     try:

@@ -49,6 +49,7 @@ class RunOptions:
     seed: int = 0
     cluster: str | None = None
     costmodel: str | None = None
+    calibrate: bool = True  # record predicted and measured stage compute for later plans (costmodel.calibration)
 
     def __post_init__(self) -> None:
         for name in ("batches", "warmup", "check_batches"):

@@ -17,12 +17,14 @@ rank 0 builds the report.
 from __future__ import annotations
 
 import logging
+import statistics
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from torch import nn
 
+from costmodel.base import CostModel
 from costmodel.graph import ModelGraph
 from costmodel.hardware import Contention
 from executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
@@ -34,7 +36,7 @@ from executor.validate import check_plan
 from planner.cluster import Cluster
 from planner.plan import Plan
 
-__all__ = ["repredict", "run_plan"]
+__all__ = ["feed_back", "repredict", "run_plan"]
 
 log = logging.getLogger(__name__)
 
@@ -51,11 +53,29 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
     ``costmodel_digest``), unless the run names another; a missing or changed file is said in the
     notes and nothing is re-predicted, since another model's figures would pass for the plan's.
     """
+    cluster = Cluster.from_dict(setup.cluster)
+    loads = _loads(setup)
+    model, notes = _run_cost_model(plan, setup)
+    if model is None:
+        return None, None, notes
+    spec = model.spec or model.name
+    if not setup.options.costmodel and spec != plan.costmodel:
+        notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
+    times = [sum(model.layer_times([graph[name] for name in stage.layers],
+                                   cluster.device(stage.device).with_load(loads[stage.device])))
+             for stage in plan.stages]
+    return times, spec, notes
+
+
+def _loads(setup: RunSetup) -> dict[str, Contention]:
+    return {s.device: Contention.parse(s.load) if s.load else Contention() for s in setup.stages}
+
+
+def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list[str]]:
+    """The cost model this run re-predicts with (see :func:`repredict`), or None and why."""
     from costmodel.provenance import load_recorded_cost_model
     from costmodel.registry import load_cost_model
 
-    cluster = Cluster.from_dict(setup.cluster)
-    loads = {s.device: Contention.parse(s.load) if s.load else Contention() for s in setup.stages}
     notes: list[str] = []
     try:
         if setup.options.costmodel:
@@ -66,19 +86,52 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
         else:
             model = load_recorded_cost_model(plan.costmodel, plan.costmodel_digest)
     except ValueError as exc:
-        return None, None, [f"stage times not re-predicted under the run's load: {exc}"]
-    spec = model.spec or model.name
-    if not setup.options.costmodel and spec != plan.costmodel:
-        notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
-    times = [sum(model.layer_times([graph[name] for name in stage.layers],
-                                   cluster.device(stage.device).with_load(loads[stage.device])))
-             for stage in plan.stages]
-    return times, spec, notes
+        return None, [f"stage times not re-predicted under the run's load: {exc}"]
+    return model, notes
+
+
+def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, report: RunReport) -> list[str]:
+    """Record each stage's predicted and measured compute in the calibration store
+    (:mod:`costmodel.calibration`), and say how the device factors change the stages' errors."""
+    from costmodel.calibration import CalibratedCostModel, CalibrationStore, record_run
+
+    if setup.notes:  # the stages did not run on the plan's devices: their times calibrate nothing
+        return []
+    model, _ = _run_cost_model(plan, setup)
+    if model is None:
+        return []
+    base = model.base if isinstance(model, CalibratedCostModel) else model
+    cluster = Cluster.from_dict(setup.cluster)
+    loads = _loads(setup)
+    devices = [cluster.device(stage.device).with_load(loads[stage.device]) for stage in plan.stages]
+    predicted = [sum(base.layer_times([graph[name] for name in stage.layers], d)) for stage, d in
+                 zip(plan.stages, devices, strict=True)]
+    measured = [s.measured["compute"] for s in report.stages]
+    store = CalibrationStore()
+    before = CalibratedCostModel(base, store)
+    factors_before = [before.factor(d) for d in devices]
+    if not record_run(base, [(d, d.load, p, m) for d, p, m in zip(devices, predicted, measured, strict=True)],
+                      plan.model, store):
+        return []
+    after = CalibratedCostModel(base, store)
+    factors_after = [after.factor(d) for d in devices]
+
+    def median_error(factors: list[float]) -> float:
+        return statistics.median(abs(m / (p * f) - 1) for p, m, f in zip(predicted, measured, factors, strict=True))
+
+    shown = ", ".join(f"{d.id} {b:.2f}→{a:.2f}" for d, b, a in zip(devices, factors_before, factors_after,
+                                                                    strict=True))
+    return [f"calibration ({store.path}): {base.spec or base.name}'s stage compute was off by a median "
+            f"{median_error(factors_before):.0%} with the device factors before this run, "
+            f"{median_error(factors_after):.0%} with them after it ({shown}); plan with "
+            f"--costmodel calibrated:{base.spec or base.name} to use them"]
 
 
 def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:
     at_load, spec, notes = repredict(plan, graph, setup)
     report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes])
+    if setup.options.calibrate:
+        report.notes += feed_back(plan, graph, setup, report)
     if report.check is not None and not report.check["ok"]:
         raise OutputMismatchError(f"the pipeline's outputs differ from the unsplit model's: "
                                   f"{report.check['message']}", report)
