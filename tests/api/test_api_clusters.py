@@ -24,7 +24,7 @@ def test_register_read_patch_delete(client: httpx.Client) -> None:
 
     patched = client.patch(f"/v1/clusters/{name}/devices/gpu1", json={"load": {"corunners": 2, "kind": "memory"}})
     assert patched.status_code == 200 and patched.json()["revision"] == 2
-    assert patched.json()["devices"][1]["load"] == {"corunners": 2, "kind": "memory", "utilization": None}
+    assert patched.json()["devices"][1]["load"] == {"corunners": 2, "kind": "memory", "utilization": None, "duty": 1.0}
     assert client.get(f"/v1/clusters/{name}").json()["devices"][1]["base_load"]["corunners"] == 2
 
     replaced = client.put(f"/v1/clusters/{name}", json=cluster_spec(2, name=name))
