@@ -13,10 +13,9 @@ call stays under about 100 ms on a large GPU in fp32.
 
 from __future__ import annotations
 
-import random
 from collections.abc import Iterable
 
-from costmodel.layerspecs import KINDS, LayerSpec
+from costmodel.layerspecs import KINDS, LayerSpec, sample_specs
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
@@ -62,19 +61,4 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
 
 def gpu_sweep(per_kind: int = 24, kinds: Iterable[str] = KINDS, seed: int = 0) -> list[LayerSpec]:
     """``per_kind`` distinct GPU-sized shapes of each layer type, sampled reproducibly."""
-    rng = random.Random(seed)
-    specs: list[LayerSpec] = []
-    for kind in kinds:
-        if kind not in GPU_GRIDS:
-            raise ValueError(f"unknown layer type {kind!r}: choose from {', '.join(GPU_GRIDS)}")
-        grid, seen = GPU_GRIDS[kind], set()
-        for _ in range(per_kind * 100):
-            p = {name: rng.choice(values) for name, values in grid.items()}
-            key = tuple(sorted(p.items()))
-            if key in seen or not _fits(kind, p):
-                continue
-            seen.add(key)
-            specs.append(LayerSpec(kind, p))
-            if len(seen) == per_kind:
-                break
-    return specs
+    return sample_specs(GPU_GRIDS, _fits, per_kind, kinds, seed, tries=100)

@@ -11,7 +11,7 @@ receives in a real forward pass, so whole layers of real architectures are profi
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -151,24 +151,31 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
     return flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
 
 
-def default_sweep(per_kind: int = 16, kinds: Iterable[str] = KINDS, seed: int = 0) -> list[LayerSpec]:
-    """``per_kind`` distinct shapes of each layer type, sampled reproducibly from the grids."""
+def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],
+                 per_kind: int, kinds: Iterable[str], seed: int, tries: int) -> list[LayerSpec]:
+    """``per_kind`` distinct shapes of each layer type drawn reproducibly from ``grids[kind]``,
+    keeping those ``fits(kind, params)`` accepts (at most ``tries × per_kind`` draws a type)."""
     rng = random.Random(seed)
     specs: list[LayerSpec] = []
     for kind in kinds:
-        if kind not in _GRIDS:
-            raise ValueError(f"unknown layer type {kind!r}: choose from {', '.join(KINDS)}")
-        grid, seen = _GRIDS[kind], set()
-        for _ in range(per_kind * 50):
+        if kind not in grids:
+            raise ValueError(f"unknown layer type {kind!r}: choose from {', '.join(grids)}")
+        grid, seen = grids[kind], set()
+        for _ in range(per_kind * tries):
             p = {name: rng.choice(values) for name, values in grid.items()}
             key = tuple(sorted(p.items()))
-            if key in seen or not _size_ok(kind, p):
+            if key in seen or not fits(kind, p):
                 continue
             seen.add(key)
             specs.append(LayerSpec(kind, p))
             if len(seen) == per_kind:
                 break
     return specs
+
+
+def default_sweep(per_kind: int = 16, kinds: Iterable[str] = KINDS, seed: int = 0) -> list[LayerSpec]:
+    """``per_kind`` distinct shapes of each layer type, sampled reproducibly from the grids."""
+    return sample_specs(_GRIDS, _size_ok, per_kind, kinds, seed, tries=50)
 
 
 def model_layers(name: str, batch_size: int = 1, seq_len: int | None = None,
