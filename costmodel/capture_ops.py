@@ -11,7 +11,8 @@ that gap in three steps, in order of trust:
    matmuls, ``aten::_grouped_mm`` and ``transformers::grouped_mm_fallback``);
 2. the operator's **Python implementation** (a ``torch.library.custom_op`` body) run on fake
    tensors under the counter, which is the op's decomposition in all but name (:func:`body_flops`);
-   a body that needs real values (``offs.tolist()``) cannot run on fake tensors and is skipped;
+   a body that needs real values (``offs.tolist()``) cannot run on fake tensors and is skipped,
+   and so is one that runs longer than ``BODY_SECONDS`` (it may block on I/O or a device);
 3. otherwise the operator is **reported**: :class:`UncountedOps` records every operator outside
    ``aten``/``prims`` that ran without a formula, and :func:`report_uncounted` logs a warning
    naming them and stores them in ``ModelGraph.meta["uncounted_ops"]``.
@@ -23,7 +24,10 @@ purpose: the roofline charges them by bytes moved.  Only foreign operators are s
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import torch
@@ -32,6 +36,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
 __all__ = [
+    "BODY_SECONDS",
     "FlopFormula",
     "UncountedOps",
     "body_flops",
@@ -150,6 +155,9 @@ class UncountedOps(TorchDispatchMode):
         return func(*args, **kwargs)
 
 
+BODY_SECONDS = 2.0  # wall time a custom op's body may take on fake tensors before it is left uncounted
+
+
 def body_flops(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
                formulas: Mapping[Any, FlopFormula]) -> tuple[int, list[str]] | None:
     """FLOPs of a ``torch.library.custom_op`` counted by running its Python body on (fake) tensors.
@@ -162,12 +170,37 @@ def body_flops(target: Any, args: tuple[Any, ...], kwargs: Mapping[str, Any],
         return None
     counter = FlopCounterMode(display=False, custom_mapping=dict(formulas))
     try:
-        with UncountedOps(counter) as inner, counter:
+        with _budget(BODY_SECONDS), UncountedOps(counter) as inner, counter:
             opdef._init_fn(*args, **kwargs)
     except Exception as exc:  # a body may do anything; one that needs data cannot be counted
         log.debug("cannot count %s from its Python body on fake tensors: %s", qualified_name(target), exc)
         return None
     return int(counter.get_total_flops()), inner.names
+
+
+class _OverBudget(Exception):
+    pass
+
+
+@contextmanager
+def _budget(seconds: float) -> Iterator[None]:
+    """Raise inside the block after ``seconds`` of wall time: a custom op's body may block (I/O,
+    a device wait, a sleep) and capture must not hang with it.  Only the main thread can take a
+    timer signal; elsewhere the body runs unbounded."""
+    if threading.current_thread() is not threading.main_thread() or not hasattr(signal, "setitimer"):
+        yield
+        return
+
+    def expire(signum: int, frame: Any) -> None:
+        raise _OverBudget(f"the body ran longer than {seconds:g} s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def report_uncounted(model: str, layer_ops: Iterable[tuple[str, Iterable[str]]]) -> dict[str, list[str]]:

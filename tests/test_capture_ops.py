@@ -205,3 +205,16 @@ def test_cond_model_runs_split_into_stages() -> None:
         if len(seen) == 2:
             break
     assert seen == {True, False}
+
+
+def test_a_custom_op_body_that_blocks_is_left_uncounted_not_waited_for() -> None:
+    """The stalling op sleeps for an hour: capture gives up on its body and names it."""
+    import time as _time
+
+    from tests.executor_helpers import stalling_model
+
+    model, args = stalling_model(2)
+    started = _time.monotonic()
+    graph = capture(model, args)
+    assert _time.monotonic() - started < 30
+    assert graph.meta["uncounted_ops"] == {"pipeplan_test::stall": ["boom"]}
