@@ -165,7 +165,7 @@ def register(sub: Any) -> None:
     p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
                        description="Time layers on this machine's CPU cores (or a GPU) while real "
                        "co-runner processes contend for them, one row per layer and contention level.")
-    p.add_argument("--out", required=True, metavar="DATA.csv", help="the dataset to write")
+    p.add_argument("--out", metavar="DATA.csv", help="the dataset to write (with MODEL: the profile table)")
     p.add_argument("--append", action="store_true", help="add rows to an existing dataset")
     p.add_argument("--levels", default="idle,1xcompute,2xcompute,1xmemory,2xmemory,1xmixed,50%",
                    metavar="L,L,…", help="contention levels (default: idle and six loads)")

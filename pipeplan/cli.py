@@ -93,7 +93,8 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
 def _add_costmodel_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costmodel", default="analytic", metavar="CM",
                    help="analytic (roofline, default), learned (the shipped contention-aware CPU model) "
-                   "or the path of a model file from `pipeplan costmodel train`")
+                   "the path of a model file from `pipeplan costmodel train`, or profile:FILE (a table from "
+                   "`pipeplan profile MODEL`: measured times of that model's layers)")
 
 
 def _cost_model(args: argparse.Namespace) -> CostModel:
@@ -350,6 +351,9 @@ def build_parser() -> argparse.ArgumentParser:
     # Commands of the other packages (profile, costmodel, run, serve, token) live beside their code.
     for module in _extensions():
         module.register(sub)
+    from pipeplan.profile_cli import extend_profile
+
+    extend_profile(sub.choices["profile"])  # `profile MODEL`: needs the executor, which costmodel must not import
     return parser
 
 

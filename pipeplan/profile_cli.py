@@ -1,0 +1,102 @@
+"""``pipeplan profile MODEL``: every layer of one model timed inside real forward passes.
+
+``pipeplan profile`` without MODEL is the layer sweep of :mod:`costmodel.cli` (rows for training a
+learned model). With MODEL it profiles that model (:mod:`executor.profile_model`) and writes its
+table (:mod:`costmodel.model_profile`), which ``--costmodel profile:FILE`` plans with. The MODEL
+arguments are added here, on top of both packages, because the profiler needs the executor and
+``costmodel`` must not import it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+__all__ = ["extend_profile"]
+
+_SOURCE_KEYS = ("zoo", "factory", "seq_len", "image_size", "seed", "dtype")
+
+
+def extend_profile(parser: argparse.ArgumentParser) -> None:
+    """Add MODEL and its options to the ``profile`` parser; without MODEL it runs the sweep as before."""
+    parser.add_argument("model", nargs="?", metavar="MODEL",
+                        help="profile this model's every layer inside real forward passes instead of layer "
+                        "shapes: a zoo name, 'package.module:function', 'file.py:function' or a graph JSON "
+                        "captured from one; writes profiles/MODEL-CPU.json unless --out says where")
+    parser.add_argument("--batch", type=int, metavar="N", help="with MODEL: batch size (default 1)")
+    parser.add_argument("--granularity", default="leaf", metavar="G",
+                        help="with MODEL: leaf (default), block or depth:N — what one layer is")
+    parser.add_argument("--seq-len", type=int, metavar="T", help="with MODEL: tokens per sequence")
+    parser.add_argument("--image-size", type=int, metavar="S", help="with MODEL: image side in pixels")
+    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="with MODEL: cast weights and inputs")
+    parser.add_argument("--seconds-per-level", type=float, default=2.0, metavar="S",
+                        help="with MODEL: seconds of timed passes per contention level (2; at least --repeats "
+                        "passes)")
+    sweep: Callable[[argparse.Namespace], None] = parser.get_default("func")
+
+    def cmd_profile(args: argparse.Namespace) -> None:
+        if args.model is None:
+            if args.out is None:
+                raise ValueError("give --out DATA.csv for the layer sweep, or a MODEL to profile in real passes")
+            sweep(args)
+        else:
+            cmd_profile_model(args)
+
+    parser.set_defaults(func=cmd_profile)
+
+
+def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The model source and granularity MODEL names (a graph JSON carries the source it was captured from)."""
+    from costmodel.source import is_factory, source_spec
+
+    text = args.model
+    if text.endswith(".json") and Path(text).is_file():
+        from costmodel.graph import ModelGraph
+
+        graph = ModelGraph.load(text)
+        source = {k: graph.meta[k] for k in _SOURCE_KEYS if graph.meta.get(k) is not None}
+        if "zoo" not in source and "factory" not in source:
+            raise ValueError(f"{text} does not say which model it was captured from (no 'zoo' or 'factory' in its "
+                             "meta): profile the zoo name or factory instead")
+        return {**source, "batch_size": graph.batch_size}, graph.granularity
+    if not is_factory(text):
+        from costmodel.zoo import ZooError, get_model
+
+        try:
+            get_model(text)
+        except ZooError as exc:
+            raise ValueError(f"{exc}; or give your own model as 'package.module:function' or 'file.py:function'") \
+                from None
+    return source_spec(text, args.batch or 1, seq_len=args.seq_len, image_size=args.image_size,
+                       dtype=args.dtype), args.granularity
+
+
+def cmd_profile_model(args: argparse.Namespace) -> None:
+    from rich.console import Console
+
+    from costmodel.hardware import Contention, cpu_model
+    from costmodel.model_profile import default_path
+    from executor.profile_model import ModelProfileSettings, profile_source
+
+    if args.gpu is not None:
+        raise ValueError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")
+    if args.append:
+        raise ValueError("--append adds rows to a sweep dataset; a MODEL profile is written whole: drop --append")
+    console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
+    source, granularity = _source(args)
+    settings = ModelProfileSettings(levels=[Contention.parse(x) for x in args.levels.split(",")],
+                                    cores=args.cores, threads=args.threads, min_passes=args.repeats,
+                                    seconds_per_level=args.seconds_per_level, device_type=args.device_type)
+    console.print(f"profiling {args.model} ({granularity}) on cores {list(settings.cores)}, {settings.threads} "
+                  f"thread(s), {len(settings.levels)} level(s) × {settings.seconds_per_level:g} s …")
+    table = profile_source(source, granularity=granularity, settings=settings,
+                           progress=lambda what: console.print(f"  {what}"))
+    out = Path(args.out) if args.out else default_path(table.model, cpu_model())
+    table.save(out)
+    for level in table.levels:
+        graph = f", whole graph {level.graph_s * 1e3:.2f} ms" if level.graph_s else ""
+        console.print(f"  {level.load.describe():>12}: sum of {len(table.layers)} layers {level.sum_s * 1e3:.2f} ms"
+                      f"{graph}, eager forward {level.forward_s * 1e3:.2f} ms ({level.passes} passes)")
+    console.print(f"model profile written to {out}; plan with --costmodel profile:{out}")
