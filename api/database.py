@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import StaticPool
 from starlette.concurrency import run_in_threadpool
 
-__all__ = ["Database", "text"]
+__all__ = ["Database", "private_file", "text"]
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +31,35 @@ T = TypeVar("T")
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
 
+def private_file(path: Path) -> None:
+    """Create ``path`` (and the folders missing above it) readable by this user only: 0600 and 0700.
+
+    The database holds token digests and every plan; SQLite creates its -wal and -shm files with the
+    database file's mode, so they are private too.  A file already there that others can read is
+    made private, with a warning.
+    """
+    missing = [p for p in (path.parent, *path.parent.parents) if not p.exists()]
+    for folder in reversed(missing):
+        folder.mkdir(mode=0o700, exist_ok=True)
+    fd = os.open(path, os.O_CREAT | os.O_RDWR, 0o600)
+    try:
+        mode = os.fstat(fd).st_mode & 0o777
+        if mode & 0o077:
+            log.warning("database file %s was readable by others (%o): made private (600)", path, mode)
+            os.fchmod(fd, 0o600)
+    finally:
+        os.close(fd)
+    for suffix in ("-wal", "-shm", "-journal"):  # left by an older service that made them readable
+        sibling = path.with_name(path.name + suffix)
+        if sibling.exists() and sibling.stat().st_mode & 0o077:
+            sibling.chmod(0o600)
+
+
 def _sqlite_engine(url: str) -> Engine:
     parsed = make_url(url)
     memory = parsed.database in (None, "", ":memory:")
     if not memory:
-        Path(str(parsed.database)).parent.mkdir(parents=True, exist_ok=True)
+        private_file(Path(str(parsed.database)))
     engine = create_engine(
         url, connect_args={"check_same_thread": False, "timeout": 30},
         # An in-memory database lives in one connection.  A file is shared by a pool big enough for

@@ -21,7 +21,7 @@ from api.schemas.common import ErrorResponse
 from api.settings import Settings
 from api.zoo import ZooCatalog
 
-__all__ = ["ERRORS", "Reader", "Services", "ServicesDep", "Writer", "errors"]
+__all__ = ["ERRORS", "Reader", "Services", "ServicesDep", "TokenAuth", "Writer", "check_token", "errors"]
 
 
 @dataclass
@@ -46,11 +46,14 @@ async def _services(request: Request) -> Services:
 
 ServicesDep = Annotated[Services, Depends(_services)]
 
-async def _check(services: Services, credentials: HTTPAuthorizationCredentials | None, what: str) -> None:
+
+async def check_token(services: Services, credentials: HTTPAuthorizationCredentials | str | None,
+                      what: str) -> None:
+    """Raise a 401 unless ``credentials`` (a bearer token or its parsed header) is a stored token."""
     if credentials is None:
         raise ApiError(401, f"{what} need a bearer token (Authorization: Bearer …; see `pipeplan token create`)",
                        ["header", "Authorization"], "unauthorized", headers={"WWW-Authenticate": "Bearer"})
-    token = credentials.credentials
+    token = credentials if isinstance(credentials, str) else credentials.credentials
     valid = services.tokens.known(token)
     if valid is None:  # not seen lately: ask the database, off the event loop
         valid = await run_in_threadpool(services.tokens.valid, token)
@@ -59,7 +62,7 @@ async def _check(services: Services, credentials: HTTPAuthorizationCredentials |
                        headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
 
 
-class _TokenAuth(HTTPBearer):
+class TokenAuth(HTTPBearer):
     """The bearer check as one dependency (it is also what puts the scheme in the OpenAPI schema);
     reads pass untouched while the service's reads are open."""
 
@@ -73,17 +76,17 @@ class _TokenAuth(HTTPBearer):
         if not self.always and services.settings.read_auth == "open":
             return None
         credentials = await super().__call__(request)
-        await _check(services, credentials, self.what)
+        await check_token(services, credentials, self.what)
         return credentials
 
 
-Writer = Depends(_TokenAuth("writes", always=True))
-Reader = Depends(_TokenAuth("reads", always=False))
+Writer = Depends(TokenAuth("writes", always=True))
+Reader = Depends(TokenAuth("reads", always=False))
 
 ERRORS: dict[int, str] = {
     401: "missing or wrong bearer token; nothing was written",
     404: "no such resource",
-    409: "the change conflicts with reservations",
+    409: "the change conflicts with reservations, or an Idempotency-Key was used with another body",
     413: "the request or its graph is over the service's size limits",
     422: "a field is wrong; `loc` names it",
     503: "the solver queue is full (see Retry-After), or a worker died",

@@ -17,8 +17,9 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from api.keys import finite
+from api.text import safe_text
 
-__all__ = ["ApiError", "error_body", "install_handlers", "loc_for_error", "user_label"]
+__all__ = ["USER_ERRORS", "ApiError", "error_body", "install_handlers", "loc_for_error", "user_label"]
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +34,9 @@ _ERROR_LOC: dict[str, tuple[str, ...]] = {
     "PlanError": ("body", "options"),
     "UnitError": ("body", "cluster"),
 }
+
+# Planner errors that are the request's fault (a 422), as a job records their class.
+USER_ERRORS = frozenset(_ERROR_LOC) | {"ValueError"}
 
 
 class ApiError(StarletteHTTPException):
@@ -51,8 +55,13 @@ def loc_for_error(error_type: str | None) -> list[str]:
     return list(_ERROR_LOC.get(error_type or "", ("body",)))
 
 
+def _safe_loc(loc: Loc) -> list[str | int]:
+    return [safe_text(part) if isinstance(part, str) else part for part in loc]
+
+
 def error_body(msg: str, loc: Loc = (), kind: str = "value_error", **extra: Any) -> dict[str, Any]:
-    return {"detail": [{"loc": list(loc), "msg": msg, "type": kind}], **extra}
+    # Messages quote what the client sent: escape what UTF-8 cannot encode, or the answer itself fails.
+    return {"detail": [{"loc": _safe_loc(loc), "msg": safe_text(msg), "type": kind}], **extra}
 
 
 def user_label(value: str, loc: Loc, max_len: int) -> str:
@@ -83,8 +92,8 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         # pydantic's own entries, made JSON-safe: "input" and "ctx" may hold inf, bytes or exceptions.
-        items = [{"loc": list(e.get("loc", ())), "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
-                 for e in exc.errors()]
+        items = [{"loc": _safe_loc(e.get("loc", ())), "msg": safe_text(str(e.get("msg", ""))),
+                  "type": str(e.get("type", ""))} for e in exc.errors()]
         return JSONResponse(finite({"detail": items}), status_code=422)
 
     @app.exception_handler(Exception)

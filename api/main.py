@@ -25,6 +25,7 @@ from api.pool import WorkerPool
 from api.registry import Registry
 from api.resolve import Resolver
 from api.routes import clusters, costmodel, health, jobs, models, plans
+from api.security import AuthMiddleware, install_openapi
 from api.settings import Settings, get_settings
 from api.store import recover_jobs
 from api.zoo import ZooCatalog
@@ -63,7 +64,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         costmodels = CostModels(settings.costmodel_dir)
         zoo = ZooCatalog(settings.capture_timeout, settings.retry_after)
         resolver = Resolver(db, settings, registry, costmodels, zoo)
-        planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after)
+        planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after,
+                            settings.idempotency_ttl)
         app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning, TokenChecker(db),
                                       metrics)
         log.info("pipeplan service: %s database, %d workers, reads %s", db.backend, settings.workers,
@@ -85,5 +87,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     for module in (plans, jobs, clusters, models, costmodel, health):
         app.include_router(module.router)
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(AuthMiddleware)  # outside the body limit: a bad token is a 401 before any byte is read
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    install_openapi(app, settings.read_auth)
     return app

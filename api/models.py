@@ -10,12 +10,18 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text
+from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["Base", "ClusterRow", "GraphRow", "JobRow", "PlanRow", "ReservationRow", "TokenRow", "utcnow"]
+__all__ = ["ACTIVE", "Base", "ClusterRow", "GraphRow", "IdempotencyRow", "JobRow", "PlanRow", "ReservationRow",
+           "TokenRow", "utcnow"]
+
+
+# A job in one of these states holds its request key: at most one such job per key (ux_jobs_active_key).
+ACTIVE = ("queued", "running")
+_ACTIVE_SQL = text("status IN ('queued', 'running')")
 
 
 def utcnow() -> datetime:
@@ -125,9 +131,15 @@ class ReservationRow(Base):
 
 
 class JobRow(Base):
-    """A solve run by the worker pool: queued → running → done | failed."""
+    """A solve run by the worker pool: queued → running → done | failed.
+
+    The partial unique index is the claim on a request key: inserting a second active job for the
+    same key fails in the database, so identical requests, from any thread or replica, share one job.
+    """
 
     __tablename__ = "jobs"
+    __table_args__ = (Index("ux_jobs_active_key", "key", unique=True, sqlite_where=_ACTIVE_SQL,
+                            postgresql_where=_ACTIVE_SQL),)
 
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     kind: Mapped[str] = mapped_column(String(16))  # plan | compare
@@ -142,3 +154,19 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class IdempotencyRow(Base):
+    """What the first request with an ``Idempotency-Key`` made, so that a retry gets the same answer.
+
+    ``key`` is the SHA-256 of the token's digest, the route and the header (keys are per token, and
+    the client's text is not stored); ``fingerprint`` the SHA-256 of the request body.
+    """
+
+    __tablename__ = "idempotency_keys"
+
+    key: Mapped[str] = mapped_column(String(64), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(String(64))
+    job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)

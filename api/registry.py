@@ -117,10 +117,19 @@ class Registry:
                                .order_by(ClusterRow.name)).all()
         return [(name, len(json.loads(spec)["devices"]), revision) for name, spec, revision in rows]
 
-    def _state(self, session: Session, row: ClusterRow) -> ClusterState:
+    def pending(self, session: Session, name: str) -> ClusterState:
+        """The registered cluster ``name`` as ``session`` sees it, changes not yet committed included;
+        never cached (the transaction may still roll back)."""
+        session.flush()
+        row = session.get(ClusterRow, name)
+        if row is None:
+            raise AssertionError(f"cluster {name!r} is not in this session")
+        return self._state(session, row, remember=False)
+
+    def _state(self, session: Session, row: ClusterRow, remember: bool = True) -> ClusterState:
         key = (row.name, row.revision)
         with self._lock:
-            cached = self._cache.get(key)
+            cached = self._cache.get(key) if remember else None
             if cached is not None:
                 self._cache.move_to_end(key)
                 return cached
@@ -136,6 +145,8 @@ class Registry:
                 effective = effective.with_load(device, combine(base.device(device).load, [k for _, k in held]))
         state = ClusterState(row.name, False, row.revision, base, effective, digest_of(effective.to_dict()),
                              reservations, row.created_at, row.updated_at)
+        if not remember:
+            return state
         with self._lock:
             self._cache[key] = state
             while len(self._cache) > 256:

@@ -53,6 +53,11 @@ class Settings(BaseSettings):
     max_graph_layers: int = Field(5000, ge=1)
     max_graph_edges: int = Field(50_000, ge=0)
     max_devices: int = Field(64, ge=1)
+    max_capture_bytes: int = Field(2**30, ge=2**20,
+                                   description="largest activation a zoo capture may allocate, estimated from "
+                                               "the input sizes before anything is built (422 above)")
+    idempotency_ttl: float = Field(86_400.0, gt=0.0,
+                                   description="seconds an Idempotency-Key is remembered")
     costmodel_dir: Path | None = Field(
         None, description="folder of learned cost model files a request may name (by file name only)")
 

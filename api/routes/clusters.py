@@ -64,10 +64,9 @@ def put_cluster(name: ClusterName, body: ClusterPut, services: ServicesDep) -> J
     cluster = services.registry.validate(spec, ["body"])
     with services.db.write() as session:
         created = services.registry.put(session, name, cluster)
-    with services.db.read() as session:
-        state = services.registry.registered(session, name)
-    return JSONResponse(cluster_view(state), status_code=201 if created else 200,
-                        headers={"Location": f"/v1/clusters/{name}"})
+        # The answer is rendered before the commit: if it cannot be, nothing is stored.
+        return JSONResponse(cluster_view(services.registry.pending(session, name)), status_code=201 if created else 200,
+                            headers={"Location": f"/v1/clusters/{name}"})
 
 
 @router.get("/{name}", dependencies=[Reader], response_model=ClusterPublic, responses=errors(401, 404))
@@ -79,12 +78,11 @@ def get_cluster(name: ClusterName, services: ServicesDep) -> dict[str, Any]:
 
 @router.patch("/{name}/devices/{device_id}", dependencies=[Writer], response_model=ClusterPublic,
               responses=errors(401, 404, 422))
-def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep) -> dict[str, Any]:
+def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep) -> JSONResponse:
     """Set a device's current (base) load; reserved plans' loads still come on top."""
     with services.db.write() as session:
         services.registry.set_load(session, name, device_id, body.load)
-    with services.db.read() as session:
-        return cluster_view(services.registry.registered(session, name))
+        return JSONResponse(cluster_view(services.registry.pending(session, name)))  # rendered before the commit
 
 
 @router.delete("/{name}", dependencies=[Writer], status_code=204, response_class=Response,

@@ -5,13 +5,15 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Header, Path, Query, Request
 from fastapi.responses import JSONResponse, Response
+from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import bindparam, select, update
 from starlette.concurrency import run_in_threadpool
 
 from api.deps import Reader, Services, ServicesDep, Writer, errors
 from api.errors import ApiError
+from api.idempotency import KEY_PATTERN
 from api.models import JobRow, PlanRow, utcnow
 from api.planning import Answer
 from api.schemas.jobs import JobPublic
@@ -24,6 +26,15 @@ _PLANS = PlanRow.__table__
 _BY_ID = select(_PLANS).where(_PLANS.c.id == bindparam("id"))
 
 PlanId = Annotated[str, Path(min_length=1, max_length=64, description="a plan's id")]
+IdempotencyKey = Annotated[str | None, Header(
+    alias="Idempotency-Key", pattern=KEY_PATTERN,
+    description="1 to 255 visible ASCII characters: a retry with the same key and body gets the first "
+                "request's job or plan; the same key with another body is a 409")]
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Writer]
+
+
+def _idempotency(credentials: HTTPAuthorizationCredentials | None, key: str | None) -> tuple[str, str] | None:
+    return (credentials.credentials, key) if credentials is not None and key is not None else None
 
 
 def _respond(answer: Answer) -> Response:
@@ -32,22 +43,24 @@ def _respond(answer: Answer) -> Response:
     return JSONResponse(answer.body, status_code=answer.status, headers=answer.headers)
 
 
-@router.post("", dependencies=[Writer], response_model=PlanPublic, status_code=201,
+@router.post("", response_model=PlanPublic, status_code=201,
              responses={200: {"model": PlanPublic, "description": "an identical request's stored plan"},
                         202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
-                        **errors(401, 413, 422, 503)})
-async def create_plan(body: PlanCreate, services: ServicesDep) -> Response:
+                        **errors(401, 409, 413, 422, 503)})
+async def create_plan(body: PlanCreate, services: ServicesDep, credentials: Credentials,
+                      idempotency_key: IdempotencyKey = None) -> Response:
     """Plan a model on a cluster.  201 with the plan when it is solved within ``wait`` seconds, 202
     with the job otherwise; 200 with the stored plan for a request identical to an earlier one."""
-    return _respond(await services.planning.create(body, "plan"))
+    return _respond(await services.planning.create(body, "plan", _idempotency(credentials, idempotency_key)))
 
 
-@router.post("/compare", dependencies=[Writer], response_model=ComparePublic,
+@router.post("/compare", response_model=ComparePublic,
              responses={202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
-                        **errors(401, 413, 422, 503)})
-async def compare_plans(body: CompareCreate, services: ServicesDep) -> Response:
+                        **errors(401, 409, 413, 422, 503)})
+async def compare_plans(body: CompareCreate, services: ServicesDep, credentials: Credentials,
+                        idempotency_key: IdempotencyKey = None) -> Response:
     """The ILP and every baseline on one problem, scored by the same simulator, side by side."""
-    return _respond(await services.planning.create(body, "compare"))
+    return _respond(await services.planning.create(body, "compare", _idempotency(credentials, idempotency_key)))
 
 
 @router.get("", dependencies=[Reader], response_model=PlanList, responses=errors(401, 422))

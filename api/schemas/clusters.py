@@ -7,6 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from api.schemas.common import TextChecked
 from costmodel.hardware import Contention
 from planner.cluster import ClusterSpec
 
@@ -14,7 +15,7 @@ __all__ = ["ClusterList", "ClusterPublic", "ClusterPut", "ClusterSummary", "Devi
            "Reservation"]
 
 
-class ClusterPut(ClusterSpec):
+class ClusterPut(ClusterSpec, TextChecked):
     """A cluster spec (planner.cluster); its name is the URL's, so ``name`` may be left out."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
@@ -22,7 +23,7 @@ class ClusterPut(ClusterSpec):
     name: str | None = Field(None, description="must equal the name in the URL when given")  # type: ignore[assignment]
 
 
-class DevicePatch(BaseModel):
+class DevicePatch(TextChecked):
     """A device's current load, as the registry should record it (reservations come on top)."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)

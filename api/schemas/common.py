@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, SkipValidation, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, SkipValidation, Tag, model_validator
 
 from api.schemas.graph import GraphDoc
+from api.text import check_text
 from planner.cluster import ClusterSpec
 
 __all__ = [
     "NAME_PATTERN", "ClusterRef", "ErrorItem", "ErrorResponse", "GraphModelRef", "ModelRef", "Name",
-    "Strict", "ZooModelRef",
+    "Strict", "TextChecked", "ZooModelRef",
 ]
 
 # Registered clusters and learned cost models are named in URLs and file names: keep names plain.
@@ -23,6 +24,17 @@ class Strict(BaseModel):
     """Request bodies: unknown fields are refused (a typo is named, not ignored); no inf or NaN."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
+
+
+class TextChecked(BaseModel):
+    """A request body whose every string, however deep (graph documents, specs), is checked before
+    anything else: text that cannot be stored or echoed is a 422 naming its place, never a 500."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _storable_text(cls, data: Any) -> Any:
+        check_text(data, ["body"])  # raises an ApiError: its loc names the string, pydantic's would not
+        return data
 
 
 class ErrorItem(BaseModel):

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SkipValidation
 
-from api.schemas.common import ClusterRef, Strict
+from api.schemas.common import ClusterRef, Strict, TextChecked
 from api.schemas.graph import LayerDoc
 from api.schemas.plans import COSTMODEL_PATTERN
 from costmodel.hardware import Contention, Device
@@ -21,7 +21,7 @@ class ZooModelPublic(BaseModel):
     description: str
 
 
-class PredictRequest(Strict):
+class PredictRequest(Strict, TextChecked):
     """Each layer's time on each device, under the devices' loads (or ``load`` for all of them)."""
 
     costmodel: str = Field("analytic", pattern=COSTMODEL_PATTERN)

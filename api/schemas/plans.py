@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from api.schemas.common import ClusterRef, ModelRef, Strict
+from api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
 
 __all__ = [
     "CertificateDoc", "CompareCreate", "ComparePublic", "ComparisonDoc", "ComparisonRow", "PlanCreate",
@@ -40,7 +40,7 @@ class SolverIn(Strict):
     threads: int | None = Field(None, ge=1, le=256, description="CP-SAT workers; at most max_solver_threads")
 
 
-class _PlanRequest(Strict):
+class _PlanRequest(Strict, TextChecked):
     model: ModelRef
     cluster: ClusterRef
     costmodel: str = Field("analytic", pattern=COSTMODEL_PATTERN,
