@@ -96,7 +96,7 @@ def _pickled(build: Any, rebuildable: bool) -> bytes:
                            "its classes at module level, give the plan a factory ('module:function'), or run "
                            "with --no-check") from exc
         log.info("the model cannot be pickled (%s); the last stage rebuilds it from the plan's source", exc)
-        build.model, build.rebuild_reference = None, True
+        build.model = None
         return pickle.dumps(build)
 
 

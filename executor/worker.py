@@ -29,12 +29,12 @@ from torch.distributed.pipelining import PipelineStage
 
 from costmodel.corunners import CoRunners
 from costmodel.hardware import Contention
-from costmodel.source import flat_inputs, kwarg_order
+from costmodel.source import build_source, flat_inputs, kwarg_order
 from executor.check import compare_outputs, tolerance
 from executor.errors import RunError
 from executor.options import RunSetup, StageSetup
 from executor.schedule import TimedSchedule, run_batches
-from executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, state_fingerprint
+from executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
 from executor.stages import Boundary, split_program
 from executor.validate import check_plan
 from planner.plan import Plan
@@ -59,8 +59,8 @@ class Phases:
 class StageBuild:
     """What one stage process runs: its module and the shapes it sends and receives, the example
     microbatch, and, where the outputs are checked, the unsplit model.  ``fingerprint`` digests the
-    weights when each process built its own; ``rebuild_reference`` says that the unsplit model
-    could not be pickled and the last stage rebuilds it from the plan's source."""
+    weights when each process built its own.  The last stage's ``model`` is None when it could
+    not be pickled: that stage then rebuilds it from the plan's source."""
 
     module: fx.GraphModule
     input_meta: list[Boundary]
@@ -70,7 +70,6 @@ class StageBuild:
     kwarg_order: list[str]  # the keyword inputs in the exported program's placeholder order
     model: torch.nn.Module | None
     fingerprint: str | None = None
-    rebuild_reference: bool = False
 
 
 def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = False) -> list[StageBuild]:
@@ -159,7 +158,7 @@ def _check(built: StageBuild, setup: RunSetup, plan: Plan, device: torch.device,
     last stage's device and in its dtype."""
     model = built.model
     if model is None:
-        model = rebuild(plan).model
+        model = build_source(source_of_plan(plan)).model  # built as every process builds it, not exported
     model = model.to(device)
     m, seed = setup.microbatches, setup.options.seed
     dtypes = [b.dtype for b in built.output_meta if b.dtype.is_floating_point] or [torch.float32]

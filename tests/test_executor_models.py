@@ -151,6 +151,14 @@ def test_a_module_defined_in_a_function_runs_when_given_directly(cluster: Path) 
     assert report is not None and report.check is None and len(report.stages) == 2
 
 
+def test_an_unpicklable_model_from_a_factory_is_rebuilt_by_the_last_stage(cluster: Path) -> None:
+    graph = capture_source("tests.tiny_models:local_class", 2)
+    plan = plan_with_cuts(graph, cluster, ["b"])
+    report = run_plan(plan, options=_options(cluster))
+    assert report is not None and report.check is not None and report.check["ok"]
+    assert report.check["max_abs_diff"] == 0.0
+
+
 def test_bf16_pipeline_matches_within_bf16_tolerance(cluster: Path) -> None:
     graph = capture_source("tests.tiny_models:llama_gqa", 2, dtype="bf16")
     assert graph.meta["dtype"] == "bf16" and graph.inputs[0].dtype == "int64"

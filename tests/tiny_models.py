@@ -100,3 +100,17 @@ def transposed(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 FAMILIES = ("llama_gqa", "t5_encoder_decoder", "vit", "convnext", "mixtral_moe", "bert_masked")
+
+
+def local_class(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A model whose class is defined inside the factory: it cannot be pickled by reference."""
+
+    class Local(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.a, self.b = nn.Linear(4, 8), nn.Linear(8, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.b(self.a(x).relu())
+
+    return Local().eval(), (torch.randn(batch_size, 4),)
