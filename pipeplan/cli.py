@@ -57,10 +57,13 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=150)
 
 
-def _add_model_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("model", metavar="MODEL",
-                   help="zoo name, graph JSON file, or your own model's factory 'package.module:function' or "
-                   "'file.py:function' (returns (module, example inputs))")
+_MODEL_HELP = ("zoo name, graph JSON file, or your own model's factory 'package.module:function' or "
+               "'file.py:function' (returns (module, example inputs))")
+
+
+def add_model_args(p: argparse.ArgumentParser, model_help: str = _MODEL_HELP, optional: bool = False) -> None:
+    """MODEL and the options that shape its capture (also used by ``profile MODEL``)."""
+    p.add_argument("model", metavar="MODEL", nargs="?" if optional else None, help=model_help)
     p.add_argument("--batch", type=int, metavar="N", help="batch size (default 1)")
     p.add_argument("--granularity", default="leaf", metavar="G",
                    help="leaf (default), block, or depth:N — what one layer is")
@@ -68,6 +71,19 @@ def _add_model_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--image-size", type=int, metavar="S", help="image side in pixels (image models)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="cast weights and inputs first (default: "
                    "the model's own, fp32 for the zoo)")
+
+
+def check_model_name(text: str) -> None:
+    """Refuse MODEL that is neither a zoo name nor a factory, pointing to factories."""
+    from costmodel.source import is_factory
+    from costmodel.zoo import ZooError, get_model
+
+    if not is_factory(text):
+        try:
+            get_model(text)
+        except ZooError as exc:
+            raise CliError(f"{exc}; or give a graph JSON file, or your own model as 'package.module:function' or "
+                           "'file.py:function' (a factory returning (module, example inputs))") from None
 
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
@@ -105,8 +121,7 @@ def _cost_model(args: argparse.Namespace) -> CostModel:
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
     from costmodel.graph import ModelGraph
-    from costmodel.source import capture_source, is_factory
-    from costmodel.zoo import ZooError, get_model
+    from costmodel.source import capture_source
 
     text = args.model
     if text.endswith(".json") or Path(text).is_file():
@@ -117,12 +132,7 @@ def _graph(args: argparse.Namespace) -> ModelGraph:
             raise CliError(f"{text} is a graph file, captured with fixed shapes: {', '.join(given)} apply to zoo "
                            "models and factories only (capture it again with `pipeplan graph MODEL ... --json`)")
         return ModelGraph.load(text)
-    if not is_factory(text):
-        try:
-            get_model(text)
-        except ZooError as exc:
-            raise CliError(f"{exc}; or give a graph JSON file, or your own model as 'package.module:function' or "
-                           "'file.py:function' (a factory returning (module, example inputs))") from None
+    check_model_name(text)
     return capture_source(text, args.batch or 1, granularity=args.granularity, seq_len=args.seq_len,
                           image_size=args.image_size, dtype=args.dtype)
 
@@ -286,7 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("graph", help="capture a model and print its per-layer table",
                        description="Capture MODEL with torch.export and print one row per layer: "
                        "FLOPs, bytes moved, arithmetic intensity, parameters, activations.")
-    _add_model_args(p)
+    add_model_args(p)
     p.add_argument("--json", metavar="OUT", help="also save the graph as versioned JSON")
     p.add_argument("--top", type=int, metavar="K", help="show only the K layers with most FLOPs")
     p.set_defaults(func=cmd_graph)
@@ -308,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("costs", help="analytic time of every layer on every device of a cluster",
                        description="Predict each layer's time on each device under its current "
                        "load with the roofline cost model, and the whole model on each device.")
-    _add_model_args(p)
+    add_model_args(p)
     p.add_argument("--cluster", required=True, metavar="SPEC", help="built-in name or file")
     p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
                    help="override a device's load (repeatable)")
@@ -320,7 +330,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Find the split of MODEL across the devices of SPEC that minimises "
                        "the bottleneck stage (throughput) or the latency, under memory limits, taking "
                        "each device's current load into account.")
-    _add_model_args(p)
+    add_model_args(p)
     _add_plan_args(p)
     p.add_argument("--out", metavar="PLAN.json", help="save the plan as versioned JSON")
     p.set_defaults(func=cmd_plan)
@@ -329,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Plan MODEL on SPEC with the ILP and with the uniform, "
                        "parameter-balanced, time-balanced and chain-DP baselines; print a table and "
                        "write a PNG with each plan's pipeline schedule and memory per device.")
-    _add_model_args(p)
+    add_model_args(p)
     _add_plan_args(p)
     p.add_argument("--png", metavar="OUT.png", help="where to write the picture")
     p.set_defaults(func=cmd_compare)

@@ -21,16 +21,12 @@ _SOURCE_KEYS = ("zoo", "factory", "seq_len", "image_size", "seed", "dtype")
 
 def extend_profile(parser: argparse.ArgumentParser) -> None:
     """Add MODEL and its options to the ``profile`` parser; without MODEL it runs the sweep as before."""
-    parser.add_argument("model", nargs="?", metavar="MODEL",
-                        help="profile this model's every layer inside real forward passes instead of layer "
-                        "shapes: a zoo name, 'package.module:function', 'file.py:function' or a graph JSON "
-                        "captured from one; writes profiles/MODEL-CPU.json unless --out says where")
-    parser.add_argument("--batch", type=int, metavar="N", help="with MODEL: batch size (default 1)")
-    parser.add_argument("--granularity", default="leaf", metavar="G",
-                        help="with MODEL: leaf (default), block or depth:N — what one layer is")
-    parser.add_argument("--seq-len", type=int, metavar="T", help="with MODEL: tokens per sequence")
-    parser.add_argument("--image-size", type=int, metavar="S", help="with MODEL: image side in pixels")
-    parser.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="with MODEL: cast weights and inputs")
+    from pipeplan.cli import add_model_args
+
+    add_model_args(parser, optional=True,
+                   model_help="profile this model's every layer inside real forward passes instead of layer "
+                   "shapes: a zoo name, 'package.module:function', 'file.py:function' or a graph JSON "
+                   "captured from one; writes profiles/MODEL-CPU.json unless --out says where")
     parser.add_argument("--seconds-per-level", type=float, default=2.0, metavar="S",
                         help="with MODEL: seconds of timed passes per contention level (2; at least --repeats "
                         "passes)")
@@ -49,7 +45,8 @@ def extend_profile(parser: argparse.ArgumentParser) -> None:
 
 def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The model source and granularity MODEL names (a graph JSON carries the source it was captured from)."""
-    from costmodel.source import is_factory, source_spec
+    from costmodel.source import source_spec
+    from pipeplan.cli import check_model_name
 
     text = args.model
     if text.endswith(".json") and Path(text).is_file():
@@ -61,14 +58,7 @@ def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
             raise ValueError(f"{text} does not say which model it was captured from (no 'zoo' or 'factory' in its "
                              "meta): profile the zoo name or factory instead")
         return {**source, "batch_size": graph.batch_size}, graph.granularity
-    if not is_factory(text):
-        from costmodel.zoo import ZooError, get_model
-
-        try:
-            get_model(text)
-        except ZooError as exc:
-            raise ValueError(f"{exc}; or give your own model as 'package.module:function' or 'file.py:function'") \
-                from None
+    check_model_name(text)
     return source_spec(text, args.batch or 1, seq_len=args.seq_len, image_size=args.image_size,
                        dtype=args.dtype), args.granularity
 
