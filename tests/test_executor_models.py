@@ -134,16 +134,9 @@ def test_a_genuine_mismatch_fails_the_check(cluster: Path) -> None:
 def test_a_module_defined_in_a_function_runs_when_given_directly(cluster: Path) -> None:
     """A local class cannot be pickled by reference: the stages get GraphModules; the unsplit
     model for the check is refused with the way out, or the check is skipped on request."""
+    from tests.tiny_models import local_class
 
-    class Local(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.a, self.b = nn.Linear(4, 4), nn.Linear(4, 2)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.b(self.a(x).relu())
-
-    model, x = Local().eval(), torch.randn(2, 4)
+    model, (x,) = local_class()
     plan = plan_with_cuts(capture(model, (x,), name="local"), cluster, ["b"])
     with pytest.raises(Exception, match="define its classes at module level, give the plan a factory"):
         run_plan(plan, model, (x,), options=_options(cluster))
