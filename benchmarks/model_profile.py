@@ -82,7 +82,38 @@ def swin(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     return SwinForImageClassification(config), (torch.randn(batch_size, 3, 64, 64),)
 
 
-MODELS = ("gpt_neox", "distilbert", "mobilenet_v2", "swin")
+def falcon(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Falcon (multi-query attention, parallel attention and MLP, rotary), 64 tokens."""
+    from transformers import FalconConfig, FalconForCausalLM
+
+    config = FalconConfig(vocab_size=2000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                          multi_query=True, parallel_attn=True, new_decoder_architecture=False, bos_token_id=0,
+                          eos_token_id=0, use_cache=False)
+    return FalconForCausalLM(config), (_ids(batch_size, 2000),)
+
+
+def deberta_v2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer DeBERTa-v2 masked LM (disentangled relative-position attention), 64 tokens."""
+    from transformers import DebertaV2Config, DebertaV2ForMaskedLM
+
+    config = DebertaV2Config(vocab_size=2000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                             intermediate_size=512, relative_attention=True, position_buckets=32,
+                             pos_att_type=["p2c", "c2p"], max_relative_positions=-1)
+    return DebertaV2ForMaskedLM(config), (_ids(batch_size, 2000),)
+
+
+def levit(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """LeViT (convolutional stem, attention with learned biases, BatchNorm'd linears), 128×128 images."""
+    from transformers import LevitConfig, LevitForImageClassification
+
+    config = LevitConfig(image_size=128, hidden_sizes=[64, 128, 192], num_attention_heads=[2, 4, 6],
+                         depths=[2, 2, 2], key_dim=[16, 16, 16])
+    return LevitForImageClassification(config), (torch.randn(batch_size, 3, 128, 128),)
+
+
+# The first four since 2026-11-23 morning; the last three added that afternoon, before any model
+# was fitted on in-model profiles, to judge the in-model correction on more than four models.
+MODELS = ("gpt_neox", "distilbert", "mobilenet_v2", "swin", "falcon", "deberta_v2", "levit")
 
 
 def measure(run: Callable[[], Any], seconds: float, blocks: int = 3) -> float:

@@ -100,12 +100,14 @@ def cmd_train(args: argparse.Namespace) -> None:
 
     console = Console()
     rows = read_dataset(args.data)
+    in_model_rows = read_dataset(args.in_model) if args.in_model else []
     first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
                   f"configurations ({first}a few minutes for the shipped profiles)")
     with console.status("fitting …") as status:
         model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval,
-                                       progress=lambda phase: status.update(phase + " …"))
+                                       progress=lambda phase: status.update(phase + " …"),
+                                       in_model_rows=in_model_rows)
     model.save(args.out)
     evaluation = model.meta.get("evaluation")
     if evaluation:
@@ -119,6 +121,13 @@ def cmd_train(args: argparse.Namespace) -> None:
         if evaluation.get("cannot_judge"):
             console.print(f"[bold yellow]warning:[/] {evaluation['cannot_judge']}", highlight=False)
     _print_coverage(console, model.meta["coverage"])
+    cv = model.meta.get("in_model", {})
+    if "corrected" in cv:
+        for name in ("sweep", "corrected"):
+            f = cv[name]
+            console.print(f"whole models, each architecture family held out ({cv['models']} models of "
+                          f"{len(cv['families'])} families), {name}: median |error| {f['median_abs']:.0%}, "
+                          f"worst {f['worst']:+.0%}, {f['within_25']:.0%} within ±25%")
     console.print(f"model written to {args.out}")
 
 
@@ -196,6 +205,9 @@ def register(sub: Any) -> None:
     t.add_argument("--out", required=True, metavar="MODEL.zip")
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
+    t.add_argument("--in-model", metavar="IN_MODEL.csv",
+                   help="layers timed inside real forward passes (python -m costmodel.tuning_set): adds the "
+                   "correction for a layer in a pass, which graph predictions then use")
     t.set_defaults(func=cmd_train)
     r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",
                       description="Print MODEL's held-out errors (overall, per contention level, per layer "

@@ -16,11 +16,18 @@ profiled on it predicts the time directly (with the profiled device's measured F
 whatever a cluster spec claims). For any other device it keeps what transfers: the roofline time of
 the idle device, multiplied by the learned slowdown of that layer under that load.
 
+A model may also carry an :class:`~costmodel.in_model.InModelCorrection`, fitted on layers timed
+inside real forward passes of other architectures (``train --in-model``): predictions of a captured
+graph's layers (:meth:`LearnedCostModel.layer_times`) are then multiplied by it, because a layer in a
+pass is not the layer the sweep timed alone; :meth:`~LearnedCostModel.predict_rows` stays the
+sweep's, which is what its held-out evaluation measures.
+
 Files are a zip of ``meta.json`` (format, version, feature names, library versions, training
-summary, held-out evaluation), ``estimators.skops`` and ``smooth.npz`` (the Gaussian processes as
-plain arrays). Loading checks the metadata first and refuses a file whose features differ from this
-code's; the estimators are loaded with skops, which never unpickles: only an explicit list of
-scikit-learn types may be constructed; the arrays are read with ``allow_pickle=False``.
+summary, held-out evaluation), ``estimators.skops``, ``smooth.npz`` (the Gaussian processes as
+plain arrays) and, when fitted, ``in_model.skops`` (older files without it load as before).
+Loading checks the metadata first and refuses a file whose features differ from this code's; the
+estimators are loaded with skops, which never unpickles: only an explicit list of scikit-learn
+types may be constructed; the arrays are read with ``allow_pickle=False``.
 """
 
 from __future__ import annotations
@@ -41,6 +48,7 @@ from costmodel.base import CostModel
 from costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features, model_inputs
 from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device, cpu_model, same_cpu
+from costmodel.in_model import InModelCorrection, family_cross_validation
 from costmodel.smooth import OperatorGP, fit_operator_gps, gps_from_npz, gps_to_npz
 
 __all__ = ["FORMAT", "SMOOTH_WEIGHT", "VERSION", "Fitted", "LearnedCostModel", "ModelFileError", "encode",
@@ -162,13 +170,19 @@ class LearnedCostModel(CostModel):
     reference_devices: dict[str, dict[str, float]]  # profiled Device.type → its measured figures
     meta: dict[str, Any] = field(default_factory=dict)
     name: str = "learned"
+    in_model: InModelCorrection | None = None
     _warned_cpu: bool = field(default=False, init=False, repr=False, compare=False)
 
     # -- training -----------------------------------------------------------------------------------
     @classmethod
     def train(cls, rows: Sequence[dict[str, Any]], seed: int = 0, evaluate: bool = True,
-              progress: Callable[[str], None] | None = None) -> LearnedCostModel:
+              progress: Callable[[str], None] | None = None,
+              in_model_rows: Sequence[dict[str, Any]] = ()) -> LearnedCostModel:
         """Fit on every row; with ``evaluate``, first measure the error on held-out shapes.
+
+        ``in_model_rows`` (layers timed inside real passes, :mod:`costmodel.tuning_set`) add the
+        in-model correction; with ``evaluate`` its whole-model error is first measured with each
+        architecture family held out in turn (``meta["in_model"]``).
 
         ``progress`` hears each phase as it starts (on 2 cores the whole training, evaluation
         included, took 1 min on the 5,572-row Xeon profile and 2.5 min on the 8,092-row EPYC one,
@@ -201,7 +215,27 @@ class LearnedCostModel(CostModel):
         say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()
+        if in_model_rows:
+            model.fit_in_model(in_model_rows, seed=seed, evaluate=evaluate, progress=say)
         return model
+
+    def fit_in_model(self, rows: Sequence[dict[str, Any]], seed: int = 0, evaluate: bool = True,
+                     progress: Callable[[str], None] | None = None) -> None:
+        """Fit (and with ``evaluate`` first cross-validate) the in-model correction on ``rows``."""
+        unknown = sorted({str(r["device_type"]) for r in rows} - self.reference_devices.keys())
+        if unknown:
+            raise ValueError(f"in-model rows of device types {unknown} that the sweep never profiled "
+                             f"({sorted(self.reference_devices)}): profile both on the same device")
+        # At prediction time the sweep model sees the reference figures, so it must here too.
+        rows = [{**r, **self.reference_devices[str(r["device_type"])]} for r in rows]
+        sweep_log = np.log10(self.predict_rows(rows))
+        summary: dict[str, Any] = {"rows": len(rows), "models": len({r["source"] for r in rows})}
+        if evaluate:
+            summary.update(family_cross_validation(rows, sweep_log, seed, progress))
+        if progress:
+            progress(f"fitting the in-model correction on all {len(rows)} in-model rows")
+        self.in_model = InModelCorrection.fit(rows, sweep_log, seed)
+        self.meta["in_model"] = summary
 
     def importances(self) -> dict[str, float]:
         """The explaining tree's feature importances, summed per factor (one-hot columns together)."""
@@ -234,7 +268,12 @@ class LearnedCostModel(CostModel):
         if device.type in self.reference_devices:
             self._check_same_cpu(device)
             figures = self.reference_devices[device.type]
-            return self.predict_rows([self._row(la, device.type, figures, load) for la in layers]).tolist()
+            times = self.predict_rows([self._row(la, device.type, figures, load) for la in layers])
+            if self.in_model is not None:  # the layers of a graph run inside a pass: correct the sweep
+                idle_rows = [self._row(la, device.type, figures, Contention()) for la in layers]
+                idle_log = np.log10(times if load.idle else self.predict_rows(idle_rows))
+                times = times * np.power(10.0, self.in_model.log_factor(idle_rows, idle_log))
+            return times.tolist()
         idle = RooflineModel().layer_times(layers, device, Contention())
         if load.idle:
             return idle
@@ -267,10 +306,12 @@ class LearnedCostModel(CostModel):
             zf.writestr("meta.json", json.dumps(meta, indent=1, default=_json_default))
             zf.writestr("estimators.skops", sio.dumps(self.fitted.estimators))
             zf.writestr("smooth.npz", gps_to_npz(self.fitted.smooth))
+            if self.in_model is not None:
+                zf.writestr("in_model.skops", sio.dumps({"estimator": self.in_model.estimator,
+                                                         "vocabulary": self.in_model.vocabulary}))
 
     @classmethod
     def load(cls, path: str | Path) -> LearnedCostModel:
-        import skops.io as sio
 
         try:
             with zipfile.ZipFile(path) as zf:
@@ -281,20 +322,15 @@ class LearnedCostModel(CostModel):
                                          "retrain it with `pipeplan costmodel train PROFILE.csv`")
                 blob = zf.read("estimators.skops")
                 smooth_blob = zf.read("smooth.npz")
+                in_model_blob = zf.read("in_model.skops") if "in_model.skops" in zf.namelist() else None
         except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{path}: not a pipeplan cost-model file ({exc})") from None
         vocabulary = meta.get("vocabulary") or {}
         if set(vocabulary) != set(CATEGORICAL) or meta.get("features") != feature_names(vocabulary):
             raise ModelFileError(f"{path}: trained on features {meta.get('features')}, but this pipeplan "
                                  f"computes {feature_names(vocabulary) if vocabulary else list(NUMERIC)}: retrain it")
-        try:
-            untrusted = set(sio.get_untrusted_types(data=blob))
-        except Exception as exc:  # skops raises various types on a corrupt archive
-            raise ModelFileError(f"{path}: corrupt estimators ({exc})") from None
-        unexpected = untrusted - set(_TRUSTED)
-        if unexpected:
-            raise ModelFileError(f"{path}: refusing to load types {sorted(unexpected)}")
-        estimators = sio.loads(blob, trusted=sorted(untrusted))
+        estimators = _skops_loads(path, "estimators.skops", blob)
+        in_model = _load_in_model(path, in_model_blob) if in_model_blob is not None else None
         if not isinstance(estimators, dict) or set(estimators) != set(_ESTIMATORS):
             raise ModelFileError(f"{path}: expected estimators {list(_ESTIMATORS)}")
         try:
@@ -304,7 +340,29 @@ class LearnedCostModel(CostModel):
         known = {"format", "version", "features", "vocabulary", "reference_devices", "sklearn_version"}
         rest = {k: v for k, v in meta.items() if k not in known}
         rest["sklearn_version"] = meta.get("sklearn_version")
-        return cls(Fitted(estimators, smooth), vocabulary, meta["reference_devices"], rest)
+        return cls(Fitted(estimators, smooth), vocabulary, meta["reference_devices"], rest, in_model=in_model)
+
+
+def _skops_loads(path: str | Path, member: str, blob: bytes) -> Any:
+    """A skops member of a model file, refusing any type beyond skops' safe set and :data:`_TRUSTED`."""
+    import skops.io as sio
+
+    try:
+        untrusted = set(sio.get_untrusted_types(data=blob))
+    except Exception as exc:  # skops raises various types on a corrupt archive
+        raise ModelFileError(f"{path}: corrupt {member} ({exc})") from None
+    unexpected = untrusted - set(_TRUSTED)
+    if unexpected:
+        raise ModelFileError(f"{path}: refusing to load types {sorted(unexpected)}")
+    return sio.loads(blob, trusted=sorted(untrusted))
+
+
+def _load_in_model(path: str | Path, blob: bytes) -> InModelCorrection:
+    """The in-model correction of a model file."""
+    state = _skops_loads(path, "in_model.skops", blob)
+    if not isinstance(state, dict) or set(state) != {"estimator", "vocabulary"}:
+        raise ModelFileError(f"{path}: in_model.skops holds no in-model correction")
+    return InModelCorrection(state["estimator"], state["vocabulary"])
 
 
 def _json_default(value: Any) -> Any:
