@@ -42,17 +42,20 @@ from functools import lru_cache
 from pathlib import Path
 
 from costmodel.base import CostModel
-from costmodel.graph import Layer
+from costmodel.graph import Layer, ModelGraph
 from costmodel.hardware import Contention, Device, same_cpu
 from costmodel.model_profile import ModelProfile, ProfileTableError
 
-__all__ = ["PREFIX", "ProfiledCostModel", "corunner_count", "load_profiled"]
+__all__ = ["MATCHING_SHARE", "PREFIX", "PROFILES_ENV", "ProfiledCostModel", "corunner_count", "load_profiled",
+           "matching_profile"]
 
 log = logging.getLogger(__name__)
 
 PREFIX = "profile:"
 _MINOR_KIND = 0.01  # an operator kind under this share of the idle time uses the model-wide factor
 _ALL = "*"  # the model-wide factor's key
+PROFILES_ENV = "PIPEPLAN_PROFILES"  # where matching_profile looks (default: ./profiles, where `profile` writes)
+MATCHING_SHARE = 0.9  # of a graph's layers a table must hold for matching_profile to pick it
 
 Points = list[tuple[float, float]]  # (effective co-runners, slowdown factor), sorted
 
@@ -224,3 +227,33 @@ def load_profiled(spec: str) -> ProfiledCostModel:
     model.spec = PREFIX + str(path.resolve())
     model.digest = file_digest(path)
     return model
+
+
+def matching_profile(graph: ModelGraph, directory: str | Path | None = None) -> Path | None:
+    """The model profile ``pipeplan profile`` wrote for this graph on this machine's CPU, if any.
+
+    It is looked for where ``profile`` writes by default (:func:`~costmodel.model_profile.default_path`
+    under ``directory``, ``$PIPEPLAN_PROFILES`` or ``./profiles``), and taken only if it holds at least
+    :data:`MATCHING_SHARE` of the graph's layers by name and FLOPs: a table of the same model at another
+    batch size, granularity or dtype matches no layer and is ignored. An unreadable table is ignored
+    with a warning: planning must not fail because a cache of measurements is stale.
+    """
+    import os
+
+    from costmodel.hardware import cpu_model
+    from costmodel.model_profile import default_path
+
+    folder = directory if directory is not None else os.environ.get(PROFILES_ENV, "profiles")
+    path = default_path(graph.model, cpu_model(), folder)
+    if not path.is_file() or not graph.layers:
+        return None
+    try:
+        from costmodel.registry import file_version
+
+        table = _read(str(path.resolve()), file_version(path))
+    except (ProfileTableError, OSError) as exc:
+        log.warning("ignoring model profile %s: %s", path, exc)
+        return None
+    index = table.index()
+    matched = sum((la.name, la.flops) in index for la in graph.layers)
+    return path if matched >= MATCHING_SHARE * len(graph.layers) else None

@@ -107,16 +107,33 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_costmodel_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--costmodel", default="analytic", metavar="CM",
-                   help="analytic (roofline, default), learned (the shipped contention-aware CPU model) "
+    p.add_argument("--costmodel", metavar="CM",
+                   help="analytic (roofline, the default), learned (the shipped contention-aware CPU model), "
                    "the path of a model file from `pipeplan costmodel train`, or profile:FILE (a table from "
-                   "`pipeplan profile MODEL`: measured times of that model's layers)")
+                   "`pipeplan profile MODEL`: measured times of that model's layers). Unset, a table that "
+                   "`pipeplan profile` wrote for this model on this CPU (in ./profiles or $PIPEPLAN_PROFILES) "
+                   "is used when it holds the graph's layers, analytic otherwise")
 
 
-def _cost_model(args: argparse.Namespace) -> CostModel:
+def _cost_model(args: argparse.Namespace, graph: ModelGraph | None = None,
+                cluster: Cluster | None = None) -> CostModel:
+    """The model --costmodel names; unset, this graph's own profile if one covers a device, else analytic."""
     from costmodel.registry import load_cost_model
 
-    return load_cost_model(args.costmodel)
+    if args.costmodel:
+        return load_cost_model(args.costmodel)
+    if graph is not None and cluster is not None:
+        from costmodel.profiled import load_profiled, matching_profile
+
+        path = matching_profile(graph)
+        if path is not None:
+            model = load_profiled(f"profile:{path}")
+            covered = [d.id for d in cluster.devices if model.covers(d)]
+            if covered:
+                _console().print(f"costs from the model profile {path} (measured on this CPU) for "
+                                 f"{', '.join(covered)}; --costmodel analytic to ignore it", highlight=False)
+                return model
+    return load_cost_model("analytic")
 
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
@@ -207,7 +224,7 @@ def cmd_costs(args: argparse.Namespace) -> None:
 
     graph = _graph(args)
     cluster = _cluster(args.cluster, args.load)
-    model = _cost_model(args)
+    model = _cost_model(args, graph, cluster)
     console = _console()
     if not args.summary:
         console.print(layer_times_table(graph, cluster, model))
@@ -221,7 +238,8 @@ def _problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
                           min_throughput=args.min_throughput, max_devices=args.max_devices,
                           memory_margin=args.memory_margin)
-    problem = Problem(_graph(args), _cluster(args.cluster, args.load), _cost_model(args), options)
+    graph, cluster = _graph(args), _cluster(args.cluster, args.load)
+    problem = Problem(graph, cluster, _cost_model(args, graph, cluster), options)
     return problem, SolverOptions(time_limit=args.time_limit, workers=args.workers, seed=args.seed)
 
 
@@ -275,7 +293,7 @@ def cmd_demo(args: argparse.Namespace) -> None:
     console.print(graph_table(graph))
     cluster = _cluster(args.cluster, args.load)
     console.print(cluster_table(cluster))
-    model = _cost_model(args)
+    model = _cost_model(args, graph, cluster)
     console.print(device_times_table(graph, cluster, model))
     problem = Problem(graph, cluster, model, PlanOptions(microbatches=args.microbatches))
     _show_comparison(console, problem, SolverOptions(time_limit=args.time_limit, seed=0), args.png,

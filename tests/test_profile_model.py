@@ -164,3 +164,24 @@ def test_cli_profiles_a_model_and_the_sweep_still_needs_out(tmp_path: Path) -> N
     assert "plan with --costmodel profile:" in result.stderr
     result = run("profile")
     assert result.returncode == 2 and "give --out DATA.csv for the layer sweep, or a MODEL" in result.stderr
+
+
+def test_plan_uses_the_models_own_profile_when_one_matches(mlp_table: ModelProfile, tmp_path: Path) -> None:
+    from costmodel.model_profile import default_path
+    from planner.plan import Plan
+
+    path = mlp_table.save(default_path("mlp", cpu_model(), tmp_path / "profiles"))
+    result = run("plan", "mlp", "--batch", "2", "--cluster", "local-cpu", "--time-limit", "5", "--out", "p.json",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert f"costs from the model profile {path.relative_to(tmp_path)}" in " ".join(result.stdout.split())
+    assert Plan.load(tmp_path / "p.json").costmodel == f"profile:{path.resolve()}"
+    # Another batch size matches none of the table's layers (same names, other FLOPs): analytic.
+    result = run("plan", "mlp", "--batch", "4", "--cluster", "local-cpu", "--time-limit", "5", "--out", "p4.json",
+                 cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert "model profile" not in result.stdout and Plan.load(tmp_path / "p4.json").costmodel == "analytic"
+    # An explicit --costmodel is obeyed.
+    result = run("plan", "mlp", "--batch", "2", "--cluster", "local-cpu", "--time-limit", "5", "--costmodel",
+                 "analytic", "--out", "pa.json", cwd=tmp_path)
+    assert result.returncode == 0 and Plan.load(tmp_path / "pa.json").costmodel == "analytic"
