@@ -163,12 +163,54 @@ def capture_program(
     for spec, n in zip(ep.graph_signature.input_specs, placeholders, strict=True):
         placeholder_kind[n.name] = "input" if spec.kind == InputKind.USER_INPUT else "param"
 
+    ops, dead = _live([n for n in graph_nodes if n.op == "call_function" and _is_real(n, stats[n.name])],
+                      next(n for n in graph_nodes if n.op == "output"))
+    name = name or type(model).__name__
+    captured = _layers(model, name, granularity, owners, ops, graph_nodes, placeholder_kind, stats, ep, args, kwargs)
+    graph = captured.graph
+    if granularity != "leaf":
+        leaf = _layers(model, name, "leaf", Owners(model, "leaf", None), ops, graph_nodes, placeholder_kind, stats,
+                       ep, args, kwargs)
+        _attach_parts(captured, leaf)
+    if dead:
+        scopes = list(dict.fromkeys(_dead_name(owners, n) for n in dead))
+        graph.meta["dropped_dead"] = scopes
+        log.info("%s: dropped %d operator(s) whose results nothing uses, in %s",
+                 graph.model, len(dead), ", ".join(scopes))
+    uncounted = report_uncounted(graph.model, ((captured.node_layers[n.name], stats[n.name].uncounted)
+                                              for n in ops if stats[n.name].uncounted))
+    if uncounted:
+        graph.meta["uncounted_ops"] = uncounted
+    return captured
+
+
+def _attach_parts(merged: CapturedProgram, leaf: CapturedProgram) -> None:
+    """Give each layer of a coarser capture the leaf layers it is made of (``Layer.parts``).
+
+    A block's own features (all its FLOPs and bytes in one row) describe no layer a cost model was
+    fitted on; its leaf layers do. A leaf layer belongs to the layer that owns its first operator
+    (leaf glue merged across two blocks is rare and small). A layer that is one leaf layer gets none.
+    """
+    owner: dict[str, str] = {}
+    for node, leaf_name in leaf.node_layers.items():
+        owner.setdefault(leaf_name, merged.node_layers[node])
+    parts: dict[str, list[Layer]] = defaultdict(list)
+    for layer in leaf.graph.layers:  # in the leaf graph's topological order
+        parts[owner[layer.name]].append(layer)
+    for layer in merged.graph.layers:
+        own = parts.get(layer.name, [])
+        if len(own) > 1:
+            layer.parts = own
+
+
+def _layers(model: nn.Module, name: str, granularity: str, owners: Owners, ops: list[torch.fx.Node],
+            graph_nodes: list[torch.fx.Node], placeholder_kind: dict[str, str], stats: dict[str, OpStats],
+            ep: torch.export.ExportedProgram, args: tuple[Any, ...], kwargs: dict[str, Any]) -> CapturedProgram:
+    """Group the live operators ``ops`` into layers as ``owners`` decides, and build the graph."""
     # -- assign every operator to a group ---------------------------------------------------
     groups: list[_Group] = []
     module_groups: dict[tuple[str, int], _Group] = {}
     assign: dict[str, int] = {}
-    ops, dead = _live([n for n in graph_nodes if n.op == "call_function" and _is_real(n, stats[n.name])],
-                      next(n for n in graph_nodes if n.op == "output"))
     for n in ops:
         functional, path, call = owners.owner(n)
         if not functional:
@@ -234,19 +276,8 @@ def capture_program(
         uf.union(target, g.gid)
         q = nx.contracted_nodes(q, target, g.gid, self_loops=False, copy=False)
 
-    captured = _build(model, name or type(model).__name__, granularity, owners, groups, uf, ops,
-                      graph_nodes, placeholder_kind, stats, assign, ep, args, kwargs)
-    graph = captured.graph
-    if dead:
-        scopes = list(dict.fromkeys(_dead_name(owners, n) for n in dead))
-        graph.meta["dropped_dead"] = scopes
-        log.info("%s: dropped %d operator(s) whose results nothing uses, in %s",
-                 graph.model, len(dead), ", ".join(scopes))
-    uncounted = report_uncounted(graph.model, ((captured.node_layers[n.name], stats[n.name].uncounted)
-                                              for n in ops if stats[n.name].uncounted))
-    if uncounted:
-        graph.meta["uncounted_ops"] = uncounted
-    return captured
+    return _build(model, name, granularity, owners, groups, uf, ops, graph_nodes, placeholder_kind, stats, assign,
+                  ep, args, kwargs)
 
 
 def _dead_name(owners: Owners, n: torch.fx.Node) -> str:
@@ -376,7 +407,11 @@ def _distinct_bytes(tensors: Any) -> int:
     seen: dict[tuple[int, int], int] = {}
     for t in tensors:
         if isinstance(t, torch.Tensor):
-            key = (t.untyped_storage().data_ptr(), int(t.storage_offset())) if t.numel() else (id(t), 0)
+            # Meta tensors (models too large to build, costmodel.zoo.llm) all have data_ptr 0: tell
+            # their storages apart by the storage object itself, which tied weights share.
+            storage = t.untyped_storage()
+            where = storage._cdata if t.is_meta else storage.data_ptr()
+            key = (where, int(t.storage_offset())) if t.numel() else (id(t), 0)
             seen[key] = tensor_bytes(t)
     return sum(seen.values())
 

@@ -67,6 +67,9 @@ class Layer:
     output_shapes: list[Shape] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)  # the aten operators, in execution order
+    # A layer of a coarser capture (a block): the leaf layers it is made of, for cost models that
+    # price leaf layers better than whole blocks (costmodel.capture._attach_parts). Empty otherwise.
+    parts: list[Layer] = field(default_factory=list)
 
     @property
     def intensity(self) -> float:
@@ -222,7 +225,7 @@ class ModelGraph:
             "meta": self.meta,
             "inputs": [asdict(t) for t in self.inputs],
             "outputs": [asdict(t) for t in self.outputs],
-            "layers": [{**asdict(layer), "intensity": round(layer.intensity, 6)} for layer in self.layers],
+            "layers": [_layer_dict(layer) for layer in self.layers],
             "edges": [{"src": u, "dst": v, "bytes": b} for u, v, b in sorted(self.edges())],
         }
 
@@ -336,6 +339,17 @@ def _tensor(raw: Any, where: str) -> TensorInfo:
                       int(nbytes or 0), [str(x) for x in _list(raw.get("layers", []), where)])
 
 
+def _layer_dict(layer: Layer) -> dict[str, Any]:
+    """A layer's JSON form: its fields, the derived intensity, and its parts only when it has some
+    (a leaf graph's JSON stays what it was before parts existed)."""
+    out = {**asdict(layer), "intensity": round(layer.intensity, 6)}
+    if layer.parts:
+        out["parts"] = [_layer_dict(part) for part in layer.parts]
+    else:
+        del out["parts"]
+    return out
+
+
 def _layer(raw: Any, index: int) -> Layer:
     if not isinstance(raw, dict):
         raise GraphError(f"layers[{index}] must be an object")
@@ -359,4 +373,5 @@ def _layer(raw: Any, index: int) -> Layer:
         raise GraphError(f"layer {name!r} has unknown field(s): {', '.join(unknown)}")
     for key in ("input_shapes", "output_shapes"):
         _shapes(raw.get(key, []), f"layer {name!r} {key}")
-    return Layer(**{k: raw[k] for k in raw if k != "intensity"})
+    parts = [_layer(part, j) for j, part in enumerate(_list(raw.get("parts", []), f"layer {name!r} parts"))]
+    return Layer(**{k: raw[k] for k in raw if k not in ("intensity", "parts")}, parts=parts)
