@@ -1,8 +1,8 @@
 """Subcommands of ``pipeplan`` that belong to this package (registered by :mod:`pipeplan.cli`).
 
-``pipeplan serve`` runs the planning service; ``pipeplan token create`` makes a bearer token for
-its writes.  Heavy imports happen inside the command functions so that ``pipeplan --help`` answers
-at once.
+``pipeplan serve`` runs the planning service; ``pipeplan token create|list|revoke`` manage its
+bearer tokens (a revocation takes effect at the server's next request: it asks the database).
+Heavy imports happen inside the command functions so that ``pipeplan --help`` answers at once.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     import uvicorn
 
+    from api.logs import logging_config
     from api.main import create_app
 
     if args.workers is not None and args.workers < 1:
@@ -52,8 +53,10 @@ def cmd_serve(args: argparse.Namespace) -> None:
             "serving on %s with open reads: anyone who reaches it can read plans and clusters "
             "(set PIPEPLAN_READ_AUTH=token to require a token)", args.host)
     _check_database(settings.database_url)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
-                access_log=args.access_log, timeout_graceful_shutdown=10)
+    # Our access log (api.access) carries the request ID; uvicorn's own is off.
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level, access_log=False,
+                log_config=logging_config(args.log_level, settings.log_format, args.access_log),
+                timeout_graceful_shutdown=10)
 
 
 def _check_database(url: str) -> None:
@@ -72,19 +75,58 @@ def _check_database(url: str) -> None:
         db.dispose()
 
 
-def cmd_token_create(args: argparse.Namespace) -> None:
-    from api.auth import create_token
+def _database() -> Any:
     from api.database import Database
 
     settings = _settings()
     _check_database(settings.database_url)
-    db = Database(settings.database_url)
+    return Database(settings.database_url)
+
+
+def cmd_token_create(args: argparse.Namespace) -> None:
+    from api.auth import create_token
+
+    db = _database()
     try:
-        token = create_token(db, args.name)
+        token = create_token(db, args.name, args.owner, args.scopes)
     finally:
         db.dispose()
-    print(f"token {args.name!r} created; it is shown only this once:", file=sys.stderr)
+    print(f"token {args.name!r} created for owner {args.owner or args.name!r} with scopes {args.scopes!r}; "
+          "it is shown only this once:", file=sys.stderr)
     print(token)
+
+
+def cmd_token_list(args: argparse.Namespace) -> None:
+    from api.auth import list_tokens
+
+    db = _database()
+    try:
+        tokens = list_tokens(db)
+    finally:
+        db.dispose()
+    if args.json:
+        import json
+
+        print(json.dumps([{"id": t.id, "name": t.name, "owner": t.owner, "scopes": t.scopes.split(),
+                           "created_at": t.created_at.isoformat(),
+                           "revoked_at": t.revoked_at.isoformat() if t.revoked_at else None} for t in tokens]))
+        return
+    print(f"{'id':>4}  {'name':<20} {'owner':<20} {'scopes':<16} {'created':<20} revoked")
+    for t in tokens:
+        revoked = t.revoked_at.strftime("%Y-%m-%d %H:%M:%S") if t.revoked_at else "-"
+        print(f"{t.id:>4}  {t.name:<20} {t.owner:<20} {t.scopes:<16} {t.created_at:%Y-%m-%d %H:%M:%S}  {revoked}")
+
+
+def cmd_token_revoke(args: argparse.Namespace) -> None:
+    from api.auth import revoke_token
+
+    db = _database()
+    try:
+        revoked = revoke_token(db, args.token)
+    finally:
+        db.dispose()
+    for t in revoked:
+        print(f"revoked token {t.id} ({t.name!r}, owner {t.owner!r})")
 
 
 def register(sub: Any) -> None:
@@ -105,4 +147,15 @@ def register(sub: Any) -> None:
     tokens = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)
     c = tokens.add_parser("create", help="make a token and print it (stored hashed; shown once)")
     c.add_argument("--name", default="default", help="a label to tell tokens apart (default)")
+    c.add_argument("--owner", help="who the token acts for: what it makes, only this owner (or an admin) may "
+                   "change (default: the name)")
+    c.add_argument("--scopes", default="read,plan",
+                   help="read (reads, predictions), plan (also plans, clusters, cancelling its own jobs), admin "
+                   "(also changing anyone's); comma-separated (read,plan)")
     c.set_defaults(func=cmd_token_create)
+    c = tokens.add_parser("list", help="every token: id, name, owner, scopes, created, revoked")
+    c.add_argument("--json", action="store_true", help="as a JSON list")
+    c.set_defaults(func=cmd_token_list)
+    c = tokens.add_parser("revoke", help="refuse a token from the server's next request on")
+    c.add_argument("token", metavar="ID|NAME", help="the token's id, or its name (every token of that name)")
+    c.set_defaults(func=cmd_token_revoke)

@@ -3,17 +3,16 @@
 
 Other learned models are named by file name only, and only inside ``PIPEPLAN_COSTMODEL_DIR``: model
 files are never unpickled (zip of JSON and skops, with an allowlist of types), but no request may
-make the service read a file of its choosing.
+make the service read a file of its choosing.  The server only resolves a name (and hashes the
+file, for the plan's key); the workers load models (a learned one takes seconds and hundreds of MB).
 """
 
 from __future__ import annotations
 
 import hashlib
-import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
 
 from api.errors import ApiError
 
@@ -45,8 +44,6 @@ def _content_hash(path: Path) -> str:
 class CostModels:
     def __init__(self, directory: Path | None) -> None:
         self.directory = directory.resolve() if directory is not None else None
-        self._loaded: dict[str, Any] = {}
-        self._lock = threading.Lock()
 
     def resolve(self, name: str) -> ResolvedCostModel:
         if name == "analytic":
@@ -66,19 +63,3 @@ class CostModels:
             raise ApiError(422, f"cost model {name!r}: not 'analytic', one of {shipped} or one of the offered "
                            f"model files ({', '.join(offered) or 'none'})", _LOC)
         return ResolvedCostModel(name, str(path), f"{name}@{_content_hash(path)}")
-
-    def load(self, resolved: ResolvedCostModel) -> Any:
-        """The cost model object, loaded once per content; its ValueError is a 422."""
-        from costmodel.registry import load_cost_model
-
-        with self._lock:
-            found = self._loaded.get(resolved.identity)
-        if found is not None:
-            return found
-        try:
-            model = load_cost_model(resolved.spec)
-        except ValueError as exc:
-            raise ApiError(422, str(exc), _LOC) from None
-        with self._lock:
-            self._loaded[resolved.identity] = model
-        return model

@@ -33,6 +33,9 @@ _ERROR_LOC: dict[str, tuple[str, ...]] = {
     "ClusterError": ("body", "cluster"),
     "PlanError": ("body", "options"),
     "UnitError": ("body", "cluster"),
+    "CostModelError": ("body", "costmodel"),
+    "LayerError": ("body", "layers"),
+    "MemoryLimit": ("body",),  # the request needs more memory than a job may hold (PIPEPLAN_JOB_MEMORY)
 }
 
 # Planner errors that are the request's fault (a 422), as a job records their class.

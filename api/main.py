@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi.middleware.cors import CORSMiddleware
 
 from api.auth import TokenChecker
 from api.costmodels import CostModels
@@ -19,9 +20,12 @@ from api.database import Database
 from api.deps import Services
 from api.errors import install_handlers
 from api.limits import BodyLimitMiddleware
+from api.logs import HEADER as REQUEST_ID
+from api.logs import RequestIdMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.planning import Planning
-from api.pool import WorkerPool
+from api.pool import Limits, WorkerPool
+from api.ratelimit import RateLimitMiddleware
 from api.registry import Registry
 from api.resolve import Resolver
 from api.routes import clusters, costmodel, health, jobs, models, plans
@@ -57,8 +61,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             stale = recover_jobs(session)
         if stale:
             log.warning("%d jobs were unfinished when the service last stopped; marked failed", stale)
-        pool = WorkerPool(settings.workers, settings.queue_size)
+        limits = Limits(settings.job_memory, settings.worker_max_jobs, settings.worker_max_rss)
+        pool = WorkerPool(settings.workers, settings.queue_size, limits)
+        predictors = WorkerPool(settings.predict_workers, settings.queue_size, limits, name="predict")
         pool.start()
+        predictors.start()
         metrics.watch_pool(pool.stats)
         registry = Registry(settings.max_devices)
         costmodels = CostModels(settings.costmodel_dir)
@@ -66,14 +73,16 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolver = Resolver(db, settings, registry, costmodels, zoo)
         planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after,
                             settings.idempotency_ttl)
-        app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning, TokenChecker(db),
-                                      metrics)
+        app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning,
+                                      TokenChecker(db, settings.token_cache_ttl),
+                                      metrics, predictors)
         log.info("pipeplan service: %s database, %d workers, reads %s", db.backend, settings.workers,
                  settings.read_auth)
         try:
             yield
         finally:
             pool.close()
+            predictors.close()
             db.dispose()
 
     app = FastAPI(title="pipeplan", version=VERSION, description=_DESCRIPTION, lifespan=lifespan,
@@ -86,8 +95,18 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for module in (plans, jobs, clusters, models, costmodel, health):
         app.include_router(module.router)
+    # The last added runs first: request ID, CORS, metrics, rate limit, token, body size, the routes.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware)  # outside the body limit: a bad token is a 401 before any byte is read
+    if settings.rate_limit > 0:
+        app.add_middleware(RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst)
     app.add_middleware(MetricsMiddleware, metrics=metrics)
+    if settings.cors_origins:  # off unless configured: a browser on another origin gets no answer it may read
+        app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
+                           allow_methods=["GET", "POST", "PUT", "PATCH", "DELETE"],
+                           allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match",
+                                          REQUEST_ID],
+                           expose_headers=["ETag", "Location", "Retry-After", REQUEST_ID], max_age=600)
+    app.add_middleware(RequestIdMiddleware)
     install_openapi(app, settings.read_auth)
     return app

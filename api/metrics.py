@@ -35,11 +35,14 @@ class _PoolCollector(Collector):
             return
         for name, value, doc in (("workers", stats.size, "solver worker processes configured"),
                                  ("workers_alive", stats.alive, "solver worker processes alive"),
+                                 ("workers_ready", stats.ready, "solver worker processes ready for a job"),
                                  ("workers_busy", stats.busy, "workers running a job"),
                                  ("queue_depth", stats.queued, "jobs waiting for a worker"),
                                  ("queue_capacity", stats.capacity, "jobs that may wait before 503")):
             yield GaugeMetricFamily(f"pipeplan_{name}", doc, value=value)
         yield CounterMetricFamily("pipeplan_worker_restarts", "workers replaced after dying", value=stats.restarts)
+        yield CounterMetricFamily("pipeplan_worker_recycles", "workers replaced on purpose (jobs run, memory held)",
+                                  value=stats.recycled)
 
 
 class Metrics:

@@ -50,7 +50,12 @@ class Base(DeclarativeBase):
 
 
 class TokenRow(Base):
-    """A bearer token, stored as the SHA-256 of the token (the token itself is shown once)."""
+    """A bearer token, stored as the SHA-256 of the token (the token itself is shown once).
+
+    ``owner`` is who the token acts for: plans, clusters and jobs it makes are that owner's, and
+    only that owner (or an admin) may change them.  ``scopes``: space-separated ``read``, ``plan``,
+    ``admin`` (see :mod:`api.auth`).  A revoked token stays listed, refused.
+    """
 
     __tablename__ = "tokens"
 
@@ -58,6 +63,9 @@ class TokenRow(Base):
     name: Mapped[str] = mapped_column(String(128))
     digest: Mapped[str] = mapped_column(String(64), unique=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    owner: Mapped[str] = mapped_column(String(128))
+    scopes: Mapped[str] = mapped_column(String(64))
+    revoked_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
 
 
 class ClusterRow(Base):
@@ -74,6 +82,7 @@ class ClusterRow(Base):
     revision: Mapped[int] = mapped_column(Integer, default=1)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)  # None: registered before owners
 
 
 class GraphRow(Base):
@@ -115,6 +124,7 @@ class PlanRow(Base):
     reserved: Mapped[bool] = mapped_column(Boolean, default=False)
     released_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)  # who first asked; None: before owners
 
 
 class ReservationRow(Base):
@@ -154,6 +164,7 @@ class JobRow(Base):
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
 
 class IdempotencyRow(Base):

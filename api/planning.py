@@ -23,7 +23,7 @@ import logging
 import threading
 import time
 from concurrent.futures import Future
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from sqlalchemy import select
@@ -92,11 +92,12 @@ class Planning:
         self._inflight: dict[str, tuple[str, Future[_Finished]]] = {}  # request key -> job
 
     async def create(self, body: PlanCreate | CompareCreate, kind: str,
-                     idempotency: tuple[str, str] | None = None) -> Answer:
-        """Answer a plan or compare request; ``idempotency`` is (token, Idempotency-Key) when sent."""
+                     idempotency: tuple[str, str] | None = None, owner: str | None = None) -> Answer:
+        """Answer a plan or compare request; ``idempotency`` is (token, Idempotency-Key) when sent;
+        ``owner`` owns the job and the plan it makes (a stored plan keeps its first owner)."""
         wait = self.sync_wait if body.wait is None else body.wait
         if idempotency is None:
-            return await self._create(body, kind, wait)
+            return await self._create(body, kind, wait, owner)
         token, header = idempotency
         key, print_ = scope_key(token, kind, header), fingerprint(body.model_dump(mode="json"))
         held = await run_in_threadpool(claim, self.db, key, print_, self.idempotency_ttl)
@@ -107,11 +108,11 @@ class Planning:
             replay = await self._replay(held, kind, wait)
             if replay is not None:
                 return replay
-        answer = await self._create(body, kind, wait)
+        answer = await self._create(body, kind, wait, owner)
         await run_in_threadpool(record, self.db, key, answer.job_id, answer.plan_id)
         return answer
 
-    async def _create(self, body: PlanCreate | CompareCreate, kind: str, wait: float) -> Answer:
+    async def _create(self, body: PlanCreate | CompareCreate, kind: str, wait: float, owner: str | None) -> Answer:
         zoo_name = None
         if isinstance(body.model, ZooModelRef):  # checked here: the zoo's list may still be loading
             m = body.model
@@ -121,7 +122,7 @@ class Planning:
         self.metrics.cache.labels(kind=kind, result="hit" if cached else "miss").inc()
         if cached is not None:
             return cached
-        submitted = await run_in_threadpool(self._submit, prep)
+        submitted = await run_in_threadpool(self._submit, replace(prep, owner=owner))
         if isinstance(submitted, Answer):
             return submitted
         job_id, future, attached = submitted
@@ -206,7 +207,7 @@ class Planning:
         for _ in range(3):
             try:
                 with self.db.write() as session:
-                    session.add(JobRow(id=job_id, kind=prep.kind, status="queued", key=prep.key,
+                    session.add(JobRow(id=job_id, kind=prep.kind, status="queued", key=prep.key, owner=prep.owner,
                                        request=canonical(prep.request)))
                     session.flush()
                     # The key was free: an identical job may have finished since this request looked
@@ -233,7 +234,8 @@ class Planning:
             self._forget(prep.key, job_id, future, _Finished(Outcome(False, error="busy", error_type="QueueFull")))
             raise ApiError(503, "could not claim the request's job; retry", [], "busy",
                            headers={"Retry-After": str(self.retry_after)})
-        task = Task(job_id, prep.kind, self.resolver.payload(prep), prep.timeout, on_start=self._started,
+        task = Task(job_id, prep.kind, self.resolver.payload(prep), prep.timeout, prep.timeout_note,
+                    on_start=self._started,
                     on_done=lambda task, outcome: self._done(prep, task, outcome, future))
         try:
             self.pool.submit(task)
@@ -280,6 +282,9 @@ class Planning:
             return Answer(202, view, {"Location": f"/v1/jobs/{job_id}"}, job_id=job_id)
         outcome = finished.outcome
         if not outcome.ok:
+            if outcome.error_type == "Cancelled":
+                raise ApiError(409, f"job {job_id} was cancelled: {outcome.error}", [], "cancelled",
+                               extra={"job": f"/v1/jobs/{job_id}"})
             if outcome.user_error:
                 raise ApiError(422, outcome.error or "the request cannot be planned",
                                loc_for_error(outcome.error_type), outcome.error_type or "value_error")
@@ -379,4 +384,4 @@ class Planning:
             costmodel=prep.costmodel_name, objective=plan["options"]["objective"], bottleneck=plan["bottleneck"],
             throughput=plan["throughput"], latency=plan["latency"], status=plan["certificate"]["status"][:32],
             request=canonical(prep.request), doc=json.dumps(plan, allow_nan=False), loads=json.dumps(value["loads"]),
-            reserved=False)
+            reserved=False, owner=prep.owner)

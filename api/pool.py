@@ -6,12 +6,17 @@ threads: each task goes to an idle worker process over a pipe.  The supervisor
 - hands queued tasks to workers that have said they are ready (their imports done);
 - notices a worker that dies (its process sentinel fires) or overruns its task's time, fails that
   task with the reason (the signal, the exit code, the time limit), and starts a fresh worker;
+- replaces a worker between tasks once it has run ``max_jobs`` of them or holds more than
+  ``max_rss`` bytes (Python rarely gives freed memory back: a worker that once built a big model
+  keeps its high-water mark), or after a task ran out of memory;
+- cancels a queued task (dropped) or a running one (its worker is killed and replaced);
 - runs the tasks' ``on_start``/``on_done`` callbacks on one separate thread, in order, so that
   slow bookkeeping (database writes) never delays supervision.
 
 A full queue raises :class:`QueueFull` at once, which the service answers with 503.  Workers are
 started with ``spawn``: the server has threads by the time a worker is replaced, and forking a
-threaded process is unsafe.
+threaded process is unsafe.  Each worker limits its own memory (``Limits.memory``, see
+:func:`api.worker.serve`); the time limit is the supervisor's, so it covers everything a task does.
 """
 
 from __future__ import annotations
@@ -30,42 +35,11 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-__all__ = ["Outcome", "PoolStats", "QueueFull", "Task", "WorkerPool"]
+from api.tasks import Limits, Outcome, PoolStats, QueueFull, Task, resident_bytes
+
+__all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Task", "WorkerPool", "resident_bytes"]
 
 log = logging.getLogger(__name__)
-
-
-class QueueFull(RuntimeError):
-    """Every worker is busy and the queue holds as many tasks as it may."""
-
-
-@dataclass(frozen=True)
-class Outcome:
-    ok: bool
-    value: Any = None
-    error: str | None = None
-    error_type: str | None = None  # the exception's class, or WorkerDied / Timeout
-    user_error: bool = False  # the request was wrong (a ValueError): the client's fault, not ours
-
-
-@dataclass
-class Task:
-    id: str
-    kind: str  # what api.worker.run does: plan, compare, models
-    payload: dict[str, Any]
-    timeout: float  # seconds a worker may spend on it before it is killed
-    on_start: Callable[[Task, int], None] | None = None  # (task, worker pid)
-    on_done: Callable[[Task, Outcome], None] | None = None
-
-
-@dataclass(frozen=True)
-class PoolStats:
-    size: int
-    alive: int
-    busy: int
-    queued: int
-    capacity: int
-    restarts: int
 
 
 @dataclass
@@ -76,17 +50,24 @@ class _Worker:
     task: Task | None = None
     started: float = 0.0
     stop_reason: str | None = None  # set when the supervisor kills it
+    stop_kind: str = "Timeout"  # the error type its task fails with: Timeout or Cancelled
     tasks_done: int = field(default=0)
 
 
 class WorkerPool:
     """``size`` worker processes running ``api.worker.serve``; at most ``queue_size`` tasks wait."""
 
-    def __init__(self, size: int, queue_size: int) -> None:
+    def __init__(self, size: int, queue_size: int, limits: Limits | None = None, name: str = "solver") -> None:
         if size < 1 or queue_size < 1:
             raise ValueError(f"a pool needs at least one worker and one queue slot, got {size} and {queue_size}")
         self.size = size
         self.queue_size = queue_size
+        self.limits = limits or Limits()
+        self.name = name
+        self._retiring: list[_Worker] = []  # told to stop after their last task; joined as they exit
+        self._recycled = 0
+        self._owed = 0  # successors of recycled workers still to start
+        self._started = False
         self._ctx = multiprocessing.get_context("spawn")
         self._lock = threading.Lock()
         self._queue: deque[Task] = deque()
@@ -98,7 +79,7 @@ class WorkerPool:
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         self._callbacks = ThreadPoolExecutor(1, thread_name_prefix="pipeplan-jobs")
-        self._thread = threading.Thread(target=self._supervise, name="pipeplan-pool", daemon=True)
+        self._thread = threading.Thread(target=self._supervise, name=f"pipeplan-{name}-pool", daemon=True)
 
     # -- public ---------------------------------------------------------------------------------
 
@@ -123,9 +104,27 @@ class WorkerPool:
 
     def stats(self) -> PoolStats:
         with self._lock:
-            return PoolStats(self.size, sum(w.process.is_alive() for w in self._workers),
-                             sum(w.task is not None for w in self._workers), len(self._queue),
-                             self.queue_size, self._restarts)
+            alive = [w for w in self._workers if w.process.is_alive()]
+            return PoolStats(self.size, len(alive), sum(w.task is not None for w in self._workers), len(self._queue),
+                             self.queue_size, self._restarts, sum(w.ready for w in alive), self._recycled,
+                             self._started)
+
+    def cancel(self, task_id: str, why: str = "cancelled") -> bool:
+        """Fail task ``task_id`` with ``Cancelled``: dropped from the queue, or its worker killed (and
+        replaced).  False when this pool does not hold it (unknown, or finished already)."""
+        with self._lock:
+            for task in self._queue:
+                if task.id == task_id:
+                    self._queue.remove(task)
+                    self._finish(task, Outcome(False, error=why, error_type="Cancelled"))
+                    return True
+            for w in self._workers:
+                if w.task is not None and w.task.id == task_id and w.stop_reason is None:
+                    w.stop_reason, w.stop_kind = why, "Cancelled"
+                    w.process.kill()
+                    return True
+        self._wake()
+        return False
 
     def worker_pids(self) -> list[int]:
         with self._lock:
@@ -136,7 +135,7 @@ class WorkerPool:
         with self._lock:
             self._closing = True
             self._queue.clear()
-            workers = list(self._workers)
+            workers = list(self._workers) + self._retiring
         self._wake()
         if self._thread.is_alive():
             self._thread.join(timeout)
@@ -164,7 +163,8 @@ class WorkerPool:
         from api.worker import serve
 
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=serve, args=(child,), name="pipeplan-worker", daemon=True)
+        process = self._ctx.Process(target=serve, args=(child, self.limits.memory), name=f"pipeplan-{self.name}",
+                                    daemon=True)
         process.start()
         child.close()
         return _Worker(process, parent)
@@ -188,12 +188,14 @@ class WorkerPool:
             self._replenish()
             self._dispatch()
             workers = list(self._workers)
+            retiring = list(self._retiring)
             timeout = self._next_deadline()
             if len(self._workers) < self.size:
                 timeout = min(timeout, 1.0)  # try again soon to start the missing workers
         waitables: list[Any] = [self._wake_r]
         for w in workers:
             waitables += [w.conn, w.process.sentinel]
+        waitables += [w.process.sentinel for w in retiring]
         ready = wait(waitables, timeout)
         if self._wake_r in ready:
             with contextlib.suppress(BlockingIOError, OSError):
@@ -205,6 +207,9 @@ class WorkerPool:
                     self._receive(w)
                 if w.process.sentinel in ready or not w.process.is_alive():
                     self._bury(w)
+            for w in retiring:
+                if w.process.sentinel in ready:
+                    self._retired(w)
             self._enforce_deadlines()
 
     def _replenish(self) -> None:
@@ -218,7 +223,10 @@ class WorkerPool:
             except OSError as exc:
                 log.error("cannot start a worker process (%s); retrying", exc)
                 return
-            self._restarts += 1
+            if self._owed:  # the successor of a recycled worker: not a restart after a death
+                self._owed -= 1
+            else:
+                self._restarts += 1
 
     def _dispatch(self) -> None:
         for w in self._workers:
@@ -246,7 +254,7 @@ class WorkerPool:
         except (EOFError, OSError):
             return  # the process is gone; its sentinel reports it
         if message[0] == "ready":
-            w.ready, self._stillborn = True, 0
+            w.ready, self._stillborn, self._started = True, 0, True
             return
         task_id, ok, value, error_type, error, user_error = message
         task = w.task
@@ -255,6 +263,39 @@ class WorkerPool:
             return
         w.task, w.tasks_done = None, w.tasks_done + 1
         self._finish(task, Outcome(ok, value, error, error_type, user_error))
+        why = self._worn_out(w, error_type)
+        if why is not None:
+            self._retire(w, why)
+
+    def _worn_out(self, w: _Worker, error_type: str | None) -> str | None:
+        """Why worker ``w`` should be replaced now, between tasks; None: it may go on."""
+        if error_type == "MemoryLimit":
+            return "its task ran out of memory"
+        if self.limits.max_jobs and w.tasks_done >= self.limits.max_jobs:
+            return f"it has run {w.tasks_done} tasks"
+        if self.limits.max_rss:
+            rss = resident_bytes(w.process.pid)
+            if rss is not None and rss > self.limits.max_rss:
+                return f"it holds {rss} resident bytes, over {self.limits.max_rss}"
+        return None
+
+    def _retire(self, w: _Worker, why: str) -> None:
+        """Ask idle worker ``w`` to exit and start its successor at once (the next ``_replenish``)."""
+        log.info("replacing %s worker %s: %s", self.name, w.process.pid, why)
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send(None)
+        self._workers.remove(w)
+        self._retiring.append(w)
+        self._recycled += 1
+        self._owed += 1
+
+    def _retired(self, w: _Worker) -> None:
+        w.process.join(0.1)
+        if w.process.is_alive():
+            return
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        self._retiring.remove(w)
 
     def _bury(self, w: _Worker) -> None:
         """A worker has exited: fail its task with the reason and put a fresh worker in its place."""
@@ -265,16 +306,23 @@ class WorkerPool:
             return
         code = w.process.exitcode
         if w.stop_reason:
-            why, kind = w.stop_reason, "Timeout"
+            why, kind = w.stop_reason, w.stop_kind
         elif code is not None and code < 0:
             name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
             why, kind = f"was killed by signal {name} (out of memory, or stopped from outside)", "WorkerDied"
+            if self.limits.memory and name in ("SIGABRT", "SIGSEGV", "SIGBUS"):
+                # Native code (CP-SAT, torch) aborts where Python would raise MemoryError.
+                why += f"; its memory limit is {self.limits.memory} bytes (PIPEPLAN_JOB_MEMORY)"
         else:
             why, kind = f"exited with status {code}", "WorkerDied"
         if w.task is not None:
-            log.error("worker %s died while running %s %s: %s", w.process.pid, w.task.kind, w.task.id, why)
-            self._finish(w.task, Outcome(False, error=f"the worker process (pid {w.process.pid}) {why} "
-                                         f"while running this {w.task.kind} job", error_type=kind))
+            if kind == "Cancelled":
+                log.info("worker %s stopped: %s %s was cancelled", w.process.pid, w.task.kind, w.task.id)
+                error = why
+            else:
+                log.error("worker %s died while running %s %s: %s", w.process.pid, w.task.kind, w.task.id, why)
+                error = f"the worker process (pid {w.process.pid}) {why} while running this {w.task.kind} job"
+            self._finish(w.task, Outcome(False, error=error, error_type=kind))
             w.task = None
         else:
             log.warning("idle worker %s %s; starting another", w.process.pid, why)
@@ -289,7 +337,9 @@ class WorkerPool:
         now = time.monotonic()
         for w in self._workers:
             if w.task is not None and w.stop_reason is None and now - w.started > w.task.timeout:
-                w.stop_reason = f"ran past its time limit of {w.task.timeout:g} s and was stopped"
+                note = f" ({w.task.timeout_note})" if w.task.timeout_note else ""
+                w.stop_reason = f"ran past its time limit of {w.task.timeout:g} s{note} and was stopped"
+                w.stop_kind = "Timeout"
                 w.process.kill()
 
     def _finish(self, task: Task, outcome: Outcome) -> None:

@@ -3,7 +3,8 @@
 A registered cluster's state is its stored spec with each device's load combined with the loads of
 reserved plans (:mod:`api.reservations`).  Built-in clusters (``planner/clusters``) can be read and
 planned on by name, but they hold no reservations: register one (``PUT``) to track its load.
-A state is cached per (name, revision); every change bumps the revision.
+A state is cached per (name, revision, created_at); every change bumps the revision, and a cluster
+deleted and registered again starts at revision 1 with a new ``created_at``.
 """
 
 from __future__ import annotations
@@ -74,7 +75,7 @@ def state_of(cluster: Cluster, builtin: bool = False) -> ClusterState:
 class Registry:
     def __init__(self, max_devices: int) -> None:
         self.max_devices = max_devices
-        self._cache: OrderedDict[tuple[str, int], ClusterState] = OrderedDict()
+        self._cache: OrderedDict[tuple[str, int, datetime], ClusterState] = OrderedDict()
         self._lock = threading.Lock()
 
     # -- reading ----------------------------------------------------------------------------------
@@ -82,12 +83,14 @@ class Registry:
     def find(self, session: Session, name: str) -> ClusterState | None:
         """The registered cluster ``name``, else the built-in one, else None."""
         # The revision alone first: on the hot path the state is cached and the spec is not needed.
-        revision = session.execute(select(ClusterRow.revision).where(ClusterRow.name == name)).scalar_one_or_none()
-        if revision is not None:
+        found = session.execute(select(ClusterRow.revision, ClusterRow.created_at)
+                                .where(ClusterRow.name == name)).first()
+        if found is not None:
+            key = (name, found.revision, found.created_at)
             with self._lock:
-                cached = self._cache.get((name, revision))
+                cached = self._cache.get(key)
                 if cached is not None:
-                    self._cache.move_to_end((name, revision))
+                    self._cache.move_to_end(key)
                     return cached
             row = session.get(ClusterRow, name)
             if row is not None:
@@ -127,7 +130,7 @@ class Registry:
         return self._state(session, row, remember=False)
 
     def _state(self, session: Session, row: ClusterRow, remember: bool = True) -> ClusterState:
-        key = (row.name, row.revision)
+        key = (row.name, row.revision, row.created_at)
         with self._lock:
             cached = self._cache.get(key) if remember else None
             if cached is not None:
@@ -177,9 +180,9 @@ class Registry:
                                    [*loc, "devices", i, name])
         return cluster
 
-    def put(self, session: Session, name: str, cluster: Cluster) -> bool:
-        """Store ``cluster`` as ``name``; True when it is new.  Refused (409) if it drops a device
-        that a reserved plan still loads."""
+    def put(self, session: Session, name: str, cluster: Cluster, owner: str | None = None) -> bool:
+        """Store ``cluster`` as ``name`` (a new one owned by ``owner``); True when it is new.  Refused
+        (409) if it drops a device that a reserved plan still loads."""
         row = session.get(ClusterRow, name, with_for_update=True)
         ids = {d.id for d in cluster.devices}
         held = session.execute(select(ReservationRow.device, ReservationRow.plan_id)
@@ -192,7 +195,7 @@ class Registry:
         spec = canonical(cluster.to_dict())
         now = utcnow()
         if row is None:
-            session.add(ClusterRow(name=name, spec=spec, revision=1, created_at=now, updated_at=now))
+            session.add(ClusterRow(name=name, spec=spec, revision=1, created_at=now, updated_at=now, owner=owner))
             return True
         row.spec, row.revision, row.updated_at = spec, row.revision + 1, now
         return False

@@ -66,7 +66,9 @@ class Prepared:
     zoo: dict[str, Any] | None  # the zoo model's name and sizes
     reserve: bool
     request: dict[str, Any]  # what is stored with the job and the plan
-    timeout: float
+    timeout: float  # seconds the job may take, everything included
+    timeout_note: str = ""  # what those seconds are made of
+    owner: str | None = None  # who asked (the owner of the job and the plan it makes)
 
     @property
     def costmodel_name(self) -> str:
@@ -87,8 +89,9 @@ class Resolver:
                 zoo_name: str | None) -> Prepared:
         """Check ``body`` and resolve its parts, reading the registry and stored graphs in ``session``."""
         solver = self._solver(body)
+        # Resolved (its file hashed) but not loaded: a learned model is loaded by the worker that
+        # uses it, so a slow or broken model file costs the server nothing.
         costmodel = self.costmodels.resolve(body.costmodel)
-        self.costmodels.load(costmodel)
         reserve = bool(getattr(body, "reserve", False))
         if isinstance(body.cluster, str):
             cluster = self.registry.get(session, body.cluster, ["body", "cluster"])
@@ -103,7 +106,7 @@ class Resolver:
         graph: GraphInfo | None = None
         zk: str | None = None
         zoo: dict[str, Any] | None = None
-        timeout = 0.0
+        capture = 0.0
         if isinstance(body.model, GraphModelRef):
             graph = self._graph(body.model.graph)
             digest: str | None = graph.digest
@@ -115,16 +118,21 @@ class Resolver:
                    "image_size": m.image_size}
             digest = zoo_digest(session, zk)
             if digest is None:  # never captured: the job captures it first
-                timeout = self.settings.capture_timeout
+                capture = self.settings.capture_timeout
         parts = (cluster.digest, costmodel.identity, options, solver)
         key = request_key(kind, digest or f"zoo:{zk}", *parts)
         request = body.model_dump(mode="json", exclude={"model"})
         request["model"] = {"graph_digest": graph.digest} if graph is not None else \
             body.model.model_dump(mode="json")
-        # Generous: CP-SAT stops itself at its limit; this only catches a worker that hangs.
-        timeout += solver["time_limit"] * 2 + 60.0
+        # The whole job, preprocessing included: CP-SAT stops itself at its own limit, but reading the
+        # graph and building the model can take longer than the solve on a big problem.
+        grace = self.settings.job_grace
+        timeout = capture + solver["time_limit"] + grace
+        note = f"the solver's {solver['time_limit']:g} s + {grace:g} s for the rest (PIPEPLAN_JOB_GRACE)"
+        if capture:
+            note += f" + {capture:g} s to capture the model (PIPEPLAN_CAPTURE_TIMEOUT)"
         return Prepared(kind, key, digest is not None, parts, digest, graph, zk, cluster, costmodel, options,
-                        solver, zoo, reserve, request, timeout)
+                        solver, zoo, reserve, request, timeout, note)
 
     def payload(self, prep: Prepared) -> dict[str, Any]:
         """What the worker needs for ``prep`` (built only when a job is submitted)."""

@@ -23,7 +23,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from api.deps import Services, TokenAuth, check_token
 from api.errors import ApiError, error_body
 
-__all__ = ["AuthMiddleware", "Need", "api_routes", "install_openapi", "route_need"]
+__all__ = ["AuthMiddleware", "Need", "api_routes", "install_openapi", "route_auth", "route_need"]
 
 Need = Literal["write", "read"] | None
 
@@ -33,14 +33,22 @@ def api_routes(app: FastAPI) -> list[APIRoute]:
     return [c.original_route for c in iter_route_contexts(app.router.routes) if isinstance(c.original_route, APIRoute)]
 
 
-def route_need(route: BaseRoute) -> Need:
-    """The token a route asks for through its dependencies: 'write', 'read' or None."""
+def route_auth(route: BaseRoute) -> TokenAuth | None:
+    """The token check a route asks for through its dependencies, if any."""
     if not isinstance(route, APIRoute):
         return None
     for dependency in route.dependant.dependencies:
         if isinstance(dependency.call, TokenAuth):
-            return "write" if dependency.call.always else "read"
+            return dependency.call
     return None
+
+
+def route_need(route: BaseRoute) -> Need:
+    """The token a route asks for: 'write' (always checked), 'read' (checked when reads are closed) or None."""
+    auth = route_auth(route)
+    if auth is None:
+        return None
+    return "write" if auth.always else "read"
 
 
 class AuthMiddleware:
@@ -48,11 +56,11 @@ class AuthMiddleware:
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
-        self._needs: list[tuple[BaseRoute, Need]] | None = None
+        self._needs: list[tuple[BaseRoute, TokenAuth | None]] | None = None
 
-    def _need(self, scope: Scope) -> Need:
+    def _need(self, scope: Scope) -> TokenAuth | None:
         if self._needs is None:  # routes are final once the app serves
-            self._needs = [(route, route_need(route)) for route in api_routes(scope["app"])]
+            self._needs = [(route, route_auth(route)) for route in api_routes(scope["app"])]
         for route, need in self._needs:
             match, _ = route.matches(scope)
             if match is Match.FULL:
@@ -65,17 +73,18 @@ class AuthMiddleware:
             return
         need = self._need(scope)
         services: Services | None = getattr(scope["app"].state, "services", None)
-        if need is None or services is None or (need == "read" and services.settings.read_auth == "open"):
+        if need is None or services is None or (not need.always and services.settings.read_auth == "open"):
             await self.app(scope, receive, send)
             return
         headers = dict(scope.get("headers") or ())
         scheme, token = get_authorization_scheme_param(headers.get(b"authorization", b"").decode("latin-1"))
         try:
-            await check_token(services, token if scheme.lower() == "bearer" and token else None,
-                              "writes" if need == "write" else "reads")
+            principal = await check_token(services, token if scheme.lower() == "bearer" and token else None,
+                                          need.what, need.scope)
         except ApiError as exc:
             await _reply(send, exc, has_body=b"content-length" in headers or b"transfer-encoding" in headers)
             return
+        scope.setdefault("state", {})["principal"] = principal  # request.state.principal, for the routes
         await self.app(scope, receive, send)
 
 

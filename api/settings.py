@@ -56,10 +56,39 @@ class Settings(BaseSettings):
     max_capture_bytes: int = Field(2**30, ge=2**20,
                                    description="largest activation a zoo capture may allocate, estimated from "
                                                "the input sizes before anything is built (422 above)")
+    token_cache_ttl: float = Field(0.0, ge=0.0, le=3600.0,
+                                   description="seconds a checked token is trusted without asking the database; a "
+                                               "revoked token works that long. 0: every request asks (at once)")
     idempotency_ttl: float = Field(86_400.0, gt=0.0,
                                    description="seconds an Idempotency-Key is remembered")
     costmodel_dir: Path | None = Field(
         None, description="folder of learned cost model files a request may name (by file name only)")
+
+    # -- what one job may use (api.pool, api.worker) --------------------------------------------
+    job_memory: int = Field(4 * 2**30, ge=0,
+                            description="bytes of private memory a worker may hold while it runs a job "
+                                        "(RLIMIT_DATA); over it the job fails with MemoryLimit. 0: no limit")
+    job_grace: float = Field(30.0, gt=0.0,
+                             description="seconds a job may run past its solver time limit (reading the graph, "
+                                         "building the model, checking the answer); then its worker is "
+                                         "stopped and the job fails with Timeout")
+    worker_max_jobs: int = Field(200, ge=0, description="jobs a worker runs before it is replaced. 0: never")
+    worker_max_rss: int = Field(2**30, ge=0,
+                                description="resident bytes after which a worker is replaced between jobs. 0: never")
+    predict_workers: int = Field(1, ge=1, le=16,
+                                 description="worker processes for cost predictions, apart from the solvers")
+    predict_timeout: float = Field(60.0, gt=0.0, description="seconds a cost prediction may take")
+
+    # -- what operators expect (api.ops) ---------------------------------------------------------
+    public_url: str | None = Field(
+        None, description="the service's address as clients see it (https://plans.example.com): the base of "
+                          "pagination links; unset, links are relative paths (the Host header is never used)")
+    cors_origins: list[str] = Field(
+        default_factory=list, description="origins browsers may call from (JSON list); empty: no CORS headers")
+    rate_limit: float = Field(0.0, ge=0.0,
+                              description="requests per second per token (per address without one); 0: off")
+    rate_burst: int = Field(60, ge=1, description="requests a token may send at once before rate_limit applies")
+    log_format: Literal["json", "text"] = Field("json", description="'json': one JSON object per log line")
 
     @field_validator("database_url")
     @classmethod
@@ -68,6 +97,23 @@ class Settings(BaseSettings):
         if not url.startswith(("sqlite://", "postgresql")):
             raise ValueError(f"PIPEPLAN_DATABASE_URL must be sqlite:///PATH or postgresql+psycopg://…, got {url!r}")
         return url
+
+    @field_validator("public_url")
+    @classmethod
+    def _absolute_url(cls, url: str | None) -> str | None:
+        if url is None:
+            return None
+        if not url.startswith(("http://", "https://")) or "?" in url or "#" in url:
+            raise ValueError(f"PIPEPLAN_PUBLIC_URL must be an absolute http(s) URL without query, got {url!r}")
+        return url.rstrip("/")
+
+    @field_validator("cors_origins")
+    @classmethod
+    def _origins(cls, origins: list[str]) -> list[str]:
+        for origin in origins:
+            if origin != "*" and not origin.startswith(("http://", "https://")):
+                raise ValueError(f"PIPEPLAN_CORS_ORIGINS: {origin!r} is not an origin (https://host[:port]) or '*'")
+        return origins
 
     @model_validator(mode="after")
     def _consistent(self) -> Settings:

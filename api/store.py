@@ -13,11 +13,12 @@ from sqlalchemy.orm import Session
 from api.models import GraphRow, JobRow, PlanRow, utcnow
 
 __all__ = [
-    "find_graph", "finish_job", "job_view", "list_plans", "new_id", "plan_json", "plan_summary", "plan_view",
+    "find_graph", "finish_job", "job_summary", "job_view", "list_jobs", "list_plans",
+    "new_id", "plan_json", "plan_summary", "plan_view",
     "recover_jobs", "save_graph", "start_job", "zoo_digest",
 ]
 
-TERMINAL = ("done", "failed")
+TERMINAL = ("done", "failed", "cancelled")
 
 
 def new_id() -> str:
@@ -33,7 +34,7 @@ def _plan_head(row: Any, cached: bool) -> dict[str, Any]:
         "id": row.id, "url": f"/v1/plans/{row.id}", "created_at": _iso(row.created_at), "model": row.model,
         "cluster": row.cluster, "registered_cluster": row.registered, "cluster_revision": row.cluster_revision,
         "costmodel": row.costmodel, "graph_digest": row.graph_digest, "reserved": row.reserved,
-        "released_at": _iso(row.released_at), "loads": json.loads(row.loads), "cached": cached,
+        "released_at": _iso(row.released_at), "loads": json.loads(row.loads), "cached": cached, "owner": row.owner,
     }
 
 
@@ -53,7 +54,7 @@ def plan_summary(row: PlanRow) -> dict[str, Any]:
         "id": row.id, "url": f"/v1/plans/{row.id}", "created_at": _iso(row.created_at), "model": row.model,
         "cluster": row.cluster, "costmodel": row.costmodel, "objective": row.objective, "status": row.status,
         "bottleneck": row.bottleneck, "throughput": row.throughput, "latency": row.latency,
-        "reserved": row.reserved,
+        "reserved": row.reserved, "owner": row.owner,
     }
 
 
@@ -62,10 +63,35 @@ def job_view(row: JobRow) -> dict[str, Any]:
         "id": row.id, "url": f"/v1/jobs/{row.id}", "kind": row.kind, "status": row.status,
         "created_at": _iso(row.created_at), "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at), "error": row.error, "error_type": row.error_type,
-        "worker_pid": row.worker_pid, "plan_id": row.plan_id,
+        "worker_pid": row.worker_pid, "plan_id": row.plan_id, "owner": row.owner,
         "plan_url": f"/v1/plans/{row.plan_id}" if row.plan_id else None,
         "result": json.loads(row.result) if row.result else None,
     }
+
+
+def job_summary(row: JobRow) -> dict[str, Any]:
+    """A job as lists show it: everything but a comparison's result."""
+    view = job_view(row)
+    del view["result"]
+    return view
+
+
+def list_jobs(session: Session, *, status: str | None, kind: str | None, since: datetime | None,
+              until: datetime | None, limit: int, offset: int) -> tuple[list[JobRow], int]:
+    """One page of jobs, newest first, and how many match in all."""
+    query = select(JobRow)
+    if status is not None:
+        query = query.where(JobRow.status == status)
+    if kind is not None:
+        query = query.where(JobRow.kind == kind)
+    if since is not None:
+        query = query.where(JobRow.created_at >= since)
+    if until is not None:
+        query = query.where(JobRow.created_at < until)
+    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
+    rows = session.execute(query.order_by(JobRow.created_at.desc(), JobRow.id.desc())
+                           .limit(limit).offset(offset)).scalars().all()
+    return list(rows), total
 
 
 def list_plans(session: Session, *, model: str | None, cluster: str | None, since: datetime | None,
@@ -129,7 +155,8 @@ def _storable(text: str | None, limit: int | None = None) -> str | None:
 
 def finish_job(session: Session, job_id: str, *, plan_id: str | None = None, result: str | None = None,
                error: str | None = None, error_type: str | None = None, key: str | None = None) -> None:
-    values: dict[str, Any] = {"status": "failed" if error is not None else "done", "finished_at": utcnow(),
+    status = "done" if error is None else "cancelled" if error_type == "Cancelled" else "failed"
+    values: dict[str, Any] = {"status": status, "finished_at": utcnow(),
                               "plan_id": plan_id, "result": result, "error": _storable(error),
                               "error_type": _storable(error_type, 64)}
     if key is not None:

@@ -1,15 +1,25 @@
-"""What runs inside a worker process: capture, solve, compare; and the zoo list (``__main__``).
+"""What runs inside a worker process: capture, solve, compare, predict; and the zoo list (``__main__``).
 
 Everything here takes and returns plain JSON-like data (the pool pickles it over a pipe between
 the server and its own workers); nothing a client sends is ever unpickled or imported: a model is a
 zoo name or a graph document.  Errors that are the request's fault are ``ValueError``s (PlanError,
-ClusterError, GraphError, ZooError, CaptureError) and come back marked as such.
+ClusterError, GraphError, ZooError, CaptureError, and this module's CostModelError and LayerError)
+and come back marked as such.
+
+A worker's memory is capped with ``RLIMIT_DATA`` (private writable memory: heap and anonymous maps),
+not ``RLIMIT_AS``: the address space also counts what libraries only reserve (torch alone maps
+900 MB it never touches; each solver thread's malloc arena reserves 64 MB), so an address-space
+cap either blocks honest jobs or is too loose to protect the machine.  Over the cap, Python raises
+``MemoryError`` (numpy, networkx, the model building) and the task fails as ``MemoryLimit``; native
+code that cannot allocate aborts the worker, which the pool reports with the limit in the message.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
+import resource
 import signal
 import traceback
 from dataclasses import replace
@@ -18,18 +28,32 @@ from typing import Any
 
 from api.keys import canonical, digest_of, finite
 
-__all__ = ["run", "serve"]
+__all__ = ["CostModelError", "LayerError", "run", "serve"]
 
 log = logging.getLogger(__name__)
 
 _COST_MODELS: dict[str, Any] = {}  # spec -> loaded model, kept for the worker's life
 
 
-def serve(conn: Connection) -> None:
-    """The worker's loop: announce readiness, then answer one task at a time until told to stop."""
+class CostModelError(ValueError):
+    """The named cost model cannot be loaded (a broken or foreign model file)."""
+
+
+class LayerError(ValueError):
+    """A predict request's layers are not a valid list of layers."""
+
+
+def serve(conn: Connection, memory_limit: int = 0) -> None:
+    """The worker's loop: announce readiness, then answer one task at a time until told to stop;
+    ``memory_limit`` bytes of private memory at most (0: no limit)."""
     # Ctrl-C reaches the whole process group; the server stops its workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     import planner.ilp  # noqa: F401  # imported before "ready" so the first solve is not slower
+
+    if memory_limit:
+        _, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        limit = memory_limit if hard == resource.RLIM_INFINITY else min(memory_limit, hard)
+        resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
 
     conn.send(("ready", os.getpid()))
     while True:
@@ -43,16 +67,37 @@ def serve(conn: Connection) -> None:
         reply: tuple[Any, ...]
         try:
             reply = (task_id, True, run(kind, payload), None, None, False)
+        except MemoryError:
+            # What the task built is unreachable now and freed; the pool replaces this worker anyway
+            # (its heap stays fragmented at the high-water mark).
+            log.warning("task %s (%s) ran out of memory (limit %d bytes)", task_id, kind, memory_limit)
+            reply = _out_of_memory(task_id, kind, memory_limit)
         except ValueError as exc:
             reply = (task_id, False, None, type(exc).__name__, str(exc), True)
         except Exception as exc:
             log.error("task %s (%s) failed:\n%s", task_id, kind, traceback.format_exc())
-            reply = (task_id, False, None, type(exc).__name__, f"internal error: {type(exc).__name__}: {exc}",
-                     False)
+            if memory_limit and _peak_resident() >= 0.9 * memory_limit:
+                # C code that cannot allocate often fails as something else (SystemError in an import,
+                # a RuntimeError from a library): near the limit, that is the likely cause.
+                reply = _out_of_memory(task_id, kind, memory_limit, f" ({type(exc).__name__}: {exc})")
+            else:
+                reply = (task_id, False, None, type(exc).__name__, f"internal error: {type(exc).__name__}: {exc}",
+                         False)
         try:
             conn.send(reply)
         except (EOFError, OSError):
             return
+
+
+def _out_of_memory(task_id: str, kind: str, limit: int, detail: str = "") -> tuple[Any, ...]:
+    return (task_id, False, None, "MemoryLimit",
+            f"this {kind} job needed more memory than a worker may hold ({limit} bytes, PIPEPLAN_JOB_MEMORY)"
+            f"{detail}; send a smaller graph or cluster, or ask the operator for more", True)
+
+
+def _peak_resident() -> int:
+    """This process's peak resident bytes (Linux reports kilobytes)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
 def run(kind: str, payload: dict[str, Any]) -> Any:
@@ -61,6 +106,8 @@ def run(kind: str, payload: dict[str, Any]) -> Any:
         return _plan(payload)
     if kind == "compare":
         return _compare(payload)
+    if kind == "predict":
+        return _predict(payload)
     raise ValueError(f"unknown task kind {kind!r}")
 
 
@@ -88,23 +135,32 @@ def _graph(payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     return graph, stored
 
 
-def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
+def _cost_model(spec: str) -> Any:
+    """The cost model ``spec`` names, loaded once per worker (a learned one takes seconds)."""
     from costmodel.registry import load_cost_model
+
+    if spec not in _COST_MODELS:
+        try:
+            _COST_MODELS[spec] = load_cost_model(spec)
+        except ValueError as exc:
+            raise CostModelError(str(exc)) from None
+    return _COST_MODELS[spec]
+
+
+def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
     from planner.cluster import Cluster
     from planner.ilp import SolverOptions
     from planner.problem import PlanOptions, Problem
 
     graph, stored = _graph(payload)
     cluster = Cluster.from_dict(payload["cluster"])
-    spec = payload["costmodel"]
-    if spec not in _COST_MODELS:
-        _COST_MODELS[spec] = load_cost_model(spec)
+    model = _cost_model(payload["costmodel"])
     options = PlanOptions(**payload["options"])
-    problem = Problem(graph, cluster, _COST_MODELS[spec], options)
+    problem = Problem(graph, cluster, model, options)
     if options.min_throughput is not None and problem.max_bottleneck >= _longest_stage(problem):
         # A floor no stage can break changes nothing, but planner.ilp scales it into an int64 and
         # overflows when it is extreme (min_throughput=1e-12): plan without it, report the options asked.
-        problem = Problem(graph, cluster, _COST_MODELS[spec], replace(options, min_throughput=None))
+        problem = Problem(graph, cluster, model, replace(options, min_throughput=None))
     return problem, SolverOptions(**payload["solver"]), stored
 
 
@@ -149,6 +205,45 @@ def _compare(payload: dict[str, Any]) -> dict[str, Any]:
         "model": problem.graph.model, "cluster": problem.cluster.name, "objective": problem.options.objective,
         "lower_bound": finite(comp.lower_bound), "plans": rows,
         "failures": [{"method": m, "error": why} for m, why in comp.failures.items()]}}
+
+
+def _seconds(value: float) -> float | None:
+    return value if math.isfinite(value) else None
+
+
+def _predict(payload: dict[str, Any]) -> dict[str, Any]:
+    """Each layer's time on each device: ``layers`` (graph-format layer documents), ``devices``
+    (device documents, loads included), ``load`` (one load for all of them, or None)."""
+    from api.errors import ApiError
+    from api.resolve import check_sizes
+    from costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, ModelGraph
+    from costmodel.hardware import Contention, Device
+
+    doc = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "model": "predict", "batch_size": 1,
+           "layers": payload["layers"], "edges": []}
+    try:
+        graph = ModelGraph.from_dict(doc)
+        check_sizes(graph, ["body"])
+    except ApiError as exc:
+        raise LayerError(exc.detail) from None
+    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        raise LayerError(str(exc) or type(exc).__name__) from None
+    model = _cost_model(payload["costmodel"])
+    devices = [Device.model_validate(d) for d in payload["devices"]]
+    load = Contention.model_validate(payload["load"]) if payload["load"] is not None else None
+    try:
+        # A device at a time: a learned model predicts a whole list of layers in one batch.
+        times = {d.id: model.layer_times(graph.layers, d, load) for d in devices}
+        rows = []
+        for i, layer in enumerate(graph.layers):
+            memory = model.layer_memory(layer)
+            rows.append({"name": layer.name, "seconds": {d: _seconds(t[i]) for d, t in times.items()},
+                         "params": memory.params, "activations": memory.activations, "workspace": memory.workspace})
+        totals = {d: float(sum(t)) for d, t in times.items()}
+    except (ValueError, ArithmeticError) as exc:
+        raise ValueError(f"cost model {payload['costmodel_name']!r}: {exc}") from None
+    return {"costmodel": payload["costmodel_name"], "devices": list(totals), "layers": rows,
+            "totals": {d: _seconds(t) for d, t in totals.items()}}
 
 
 if __name__ == "__main__":  # ``python -m api.worker models``: the zoo list as JSON (see api.zoo)

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Path
+from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import Reader, ServicesDep, Writer, errors
+from api.deps import PrincipalDep, Reader, ServicesDep, Writer, errors, owner_check
 from api.errors import ApiError
+from api.etags import tagged
+from api.models import ClusterRow
 from api.registry import ClusterState
 from api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
 from api.schemas.common import NAME_PATTERN
@@ -53,42 +57,62 @@ def list_clusters(services: ServicesDep) -> dict[str, Any]:
 
 
 @router.put("/{name}", dependencies=[Writer], response_model=ClusterPublic,
-            responses={201: {"model": ClusterPublic, "description": "registered"}, **errors(401, 409, 422)})
-def put_cluster(name: ClusterName, body: ClusterPut, services: ServicesDep) -> JSONResponse:
-    """Register a cluster (201) or replace its spec (200).  Reservations on it are kept; a spec that
-    drops a reserved device is refused (409)."""
+            responses={201: {"model": ClusterPublic, "description": "registered"}, **errors(401, 403, 409, 422)})
+def put_cluster(name: ClusterName, body: ClusterPut, services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
+    """Register a cluster (201, owned by the token's owner) or replace its spec (200, its owner or an
+    admin).  Reservations on it are kept; a spec that drops a reserved device is refused (409)."""
     if body.name is not None and body.name != name:
         raise ApiError(422, f"the body names cluster {body.name!r} but the URL names {name!r}", ["body", "name"])
     spec = body.model_dump(mode="json", exclude_none=True)
     spec["name"] = name
     cluster = services.registry.validate(spec, ["body"])
     with services.db.write() as session:
-        created = services.registry.put(session, name, cluster)
+        existing = session.get(ClusterRow, name, with_for_update=True)
+        if existing is not None:
+            owner_check(principal, existing.owner, f"cluster {name!r}", ["path", "name"])
+        created = services.registry.put(session, name, cluster, principal.owner if principal is not None else None)
         # The answer is rendered before the commit: if it cannot be, nothing is stored.
         return JSONResponse(cluster_view(services.registry.pending(session, name)), status_code=201 if created else 200,
                             headers={"Location": f"/v1/clusters/{name}"})
 
 
-@router.get("/{name}", dependencies=[Reader], response_model=ClusterPublic, responses=errors(401, 404))
-def get_cluster(name: ClusterName, services: ServicesDep) -> dict[str, Any]:
-    """A cluster: each device's base load, the reservations on it, and the load plans see."""
-    with services.db.read() as session:
-        return cluster_view(services.registry.get(session, name, ["path", "name"]))
+@router.get("/{name}", dependencies=[Reader], response_model=ClusterPublic,
+            responses={304: {"description": "If-None-Match names the current ETag"}, **errors(401, 404)})
+async def get_cluster(name: ClusterName, services: ServicesDep, request: Request) -> Response:
+    """A cluster: each device's base load, the reservations on it, and the load plans see; with an
+    ``ETag`` that changes with any of them (send it in ``If-None-Match`` for a 304)."""
+
+    def read() -> bytes:
+        with services.db.read() as session:
+            view = cluster_view(services.registry.get(session, name, ["path", "name"]))
+        return json.dumps(view, separators=(",", ":")).encode()
+
+    return tagged(request, await run_in_threadpool(read))
 
 
 @router.patch("/{name}/devices/{device_id}", dependencies=[Writer], response_model=ClusterPublic,
-              responses=errors(401, 404, 422))
-def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep) -> JSONResponse:
+              responses=errors(401, 403, 404, 422))
+def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep,
+                 principal: PrincipalDep) -> JSONResponse:
     """Set a device's current (base) load; reserved plans' loads still come on top."""
     with services.db.write() as session:
+        _check_owner(session, name, principal)
         services.registry.set_load(session, name, device_id, body.load)
         return JSONResponse(cluster_view(services.registry.pending(session, name)))  # rendered before the commit
 
 
 @router.delete("/{name}", dependencies=[Writer], status_code=204, response_class=Response,
-               responses=errors(401, 404, 409))
-def delete_cluster(name: ClusterName, services: ServicesDep) -> Response:
+               responses=errors(401, 403, 404, 409))
+def delete_cluster(name: ClusterName, services: ServicesDep, principal: PrincipalDep) -> Response:
     """Remove a cluster from the registry (refused while plans hold reservations on it)."""
     with services.db.write() as session:
+        _check_owner(session, name, principal)
         services.registry.delete(session, name)
     return Response(status_code=204)
+
+
+def _check_owner(session: Any, name: str, principal: PrincipalDep) -> None:
+    """A 403 unless the token may change registered cluster ``name`` (a 404 names a missing one later)."""
+    row = session.get(ClusterRow, name, with_for_update=True)
+    if row is not None:
+        owner_check(principal, row.owner, f"cluster {name!r}", ["path", "name"])

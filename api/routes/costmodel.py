@@ -1,18 +1,26 @@
-"""``/v1/costmodel/predict``: a cost model's time for each layer on each device, under load."""
+"""``/v1/costmodel/predict``: a cost model's time for each layer on each device, under load.
+
+The server checks what is cheap to check (sizes, the cluster, the cost model's name); the layers are
+parsed and timed by a worker of the predict pool (``PIPEPLAN_PREDICT_WORKERS``), apart from the
+solvers: a flood of predictions cannot slow the server's other answers, and a learned model is
+loaded in that worker, never in the server.
+"""
 
 from __future__ import annotations
 
-import math
+import asyncio
+from concurrent.futures import Future
 from typing import Any
 
 from fastapi import APIRouter
+from starlette.concurrency import run_in_threadpool
 
-from api.deps import Reader, ServicesDep, errors
-from api.errors import ApiError, user_label
+from api.deps import Predictor, ServicesDep, errors
+from api.errors import ApiError, loc_for_error, user_label
+from api.pool import Outcome, QueueFull, Task
 from api.registry import state_of
-from api.resolve import check_sizes
 from api.schemas.misc import PredictRequest, PredictResponse
-from costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, ModelGraph
+from api.store import new_id
 from costmodel.hardware import Device
 
 router = APIRouter(prefix="/v1/costmodel", tags=["costmodel"])
@@ -42,41 +50,40 @@ def _devices(body: PredictRequest, services: ServicesDep) -> list[Device]:
     return list(devices)
 
 
-def _layers(raw: Any, limit: int) -> ModelGraph:
-    loc = ["body", "layers"]
-    if isinstance(raw, list) and len(raw) > limit:
-        raise ApiError(413, f"{len(raw)} layers; this service takes at most {limit}", loc, "too_large")
-    doc = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "model": "predict", "batch_size": 1,
-           "layers": raw, "edges": []}
-    try:
-        graph = ModelGraph.from_dict(doc)
-    except (ValueError, TypeError, KeyError, AttributeError) as exc:
-        raise ApiError(422, str(exc), loc) from None
-    check_sizes(graph, ["body"])
-    return graph
-
-
-def _seconds(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-@router.post("/predict", dependencies=[Reader], response_model=PredictResponse, responses=errors(401, 413, 422))
-def predict(body: PredictRequest, services: ServicesDep) -> dict[str, Any]:
+@router.post("/predict", dependencies=[Predictor], response_model=PredictResponse,
+             responses=errors(401, 403, 413, 422, 503))
+async def predict(body: PredictRequest, services: ServicesDep) -> dict[str, Any]:
     """Each layer's predicted forward time on each device (and its memory), as the planner sees it."""
-    resolved = services.costmodels.resolve(body.costmodel)
-    model = services.costmodels.load(resolved)
-    graph = _layers(body.layers, services.settings.max_graph_layers)
-    devices = _devices(body, services)
-    rows, totals = [], dict.fromkeys((d.id for d in devices), 0.0)
+    limit = services.settings.max_graph_layers
+    if isinstance(body.layers, list) and len(body.layers) > limit:
+        raise ApiError(413, f"{len(body.layers)} layers; this service takes at most {limit}", ["body", "layers"],
+                       "too_large")
+    resolved = await run_in_threadpool(services.costmodels.resolve, body.costmodel)
+    devices = await run_in_threadpool(_devices, body, services)
+    payload = {"layers": body.layers, "devices": [d.model_dump(mode="json") for d in devices],
+               "load": body.load.model_dump(mode="json") if body.load is not None else None,
+               "costmodel": resolved.spec, "costmodel_name": resolved.name}
+    outcome = await _run(services, Task(new_id(), "predict", payload, services.settings.predict_timeout))
+    if outcome.ok:
+        result: dict[str, Any] = outcome.value
+        return result
+    if outcome.user_error:
+        raise ApiError(422, outcome.error or "the layers cannot be timed", loc_for_error(outcome.error_type))
+    raise ApiError(503, f"the prediction failed: {outcome.error}", [], outcome.error_type or "unavailable",
+                   headers={"Retry-After": str(services.settings.retry_after)})
+
+
+async def _run(services: ServicesDep, task: Task) -> Outcome:
+    """``task``'s outcome from the predict pool; a 503 when its queue is full."""
+    future: Future[Outcome] = Future()
+    task.on_done = lambda _task, outcome: future.set_result(outcome)
     try:
-        for layer in graph.layers:
-            seconds = {d.id: model.layer_time(layer, d, body.load) for d in devices}
-            for d, t in seconds.items():
-                totals[d] += t
-            memory = model.layer_memory(layer)
-            rows.append({"name": layer.name, "seconds": {d: _seconds(t) for d, t in seconds.items()},
-                         "params": memory.params, "activations": memory.activations, "workspace": memory.workspace})
-    except (ValueError, ArithmeticError) as exc:
-        raise ApiError(422, f"cost model {body.costmodel!r}: {exc}", ["body"]) from None
-    return {"costmodel": resolved.name, "devices": list(totals), "layers": rows,
-            "totals": {d: _seconds(t) for d, t in totals.items()}}
+        services.predictors.submit(task)
+    except QueueFull as exc:
+        raise ApiError(503, f"cost predictions are busy: {exc}; retry later", [], "busy",
+                       headers={"Retry-After": str(services.settings.retry_after)}) from None
+    try:
+        return await asyncio.shield(asyncio.wrap_future(future))
+    except asyncio.CancelledError:  # the client left: no one wants the answer
+        services.predictors.cancel(task.id, "the client disconnected")
+        raise

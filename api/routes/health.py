@@ -1,32 +1,69 @@
-"""``/healthz`` and ``/metrics``: for load balancers and Prometheus; always open."""
+"""``/livez``, ``/readyz``, ``/healthz`` and ``/metrics``: for orchestrators, load balancers and
+Prometheus; always open and never rate limited.
+
+- ``/livez``: the process answers (restart it if not); touches nothing else.
+- ``/readyz``: send it traffic: the database answers and each worker pool is up: its first workers
+  have finished starting (imports done) and a worker process is alive.  503 while starting, when
+  every worker is dead, or with the database down.  A worker being recycled does not count as down:
+  its successor is alive and jobs queue for it for the second it takes to start.
+- ``/healthz``: the details of both, for people.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict
+from typing import Any
 
 from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import ServicesDep
+from api.deps import Services, ServicesDep
 from api.metrics import CONTENT_TYPE
-from api.schemas.misc import Health
+from api.schemas.misc import Health, Liveness, Readiness
 
 router = APIRouter(tags=["service"])
+
+
+async def _database(services: Services) -> str:
+    try:
+        await run_in_threadpool(services.db.ping)
+        return "ok"
+    except Exception:
+        return "unreachable"
+
+
+@router.get("/livez", response_model=Liveness)
+async def livez() -> dict[str, Any]:
+    """200 while the process serves requests."""
+    return {"status": "alive"}
+
+
+@router.get("/readyz", response_model=Readiness, responses={503: {"model": Readiness, "description": "not ready"}})
+async def readyz(services: ServicesDep) -> JSONResponse:
+    """200 when the database answers and both worker pools (solvers, predictions) have a ready
+    worker; 503 with the reasons otherwise."""
+    reasons = []
+    if await _database(services) != "ok":
+        reasons.append("the database does not answer")
+    for name, pool in (("solver", services.pool), ("predict", services.predictors)):
+        stats = pool.stats()
+        if not stats.started:
+            reasons.append(f"the {name} workers are starting")
+        elif stats.alive == 0:
+            reasons.append(f"no {name} worker is alive")
+    return JSONResponse({"status": "not ready" if reasons else "ready", "reasons": reasons},
+                        status_code=503 if reasons else 200)
 
 
 @router.get("/healthz", response_model=Health, responses={503: {"model": Health, "description": "degraded"}})
 async def healthz(services: ServicesDep) -> JSONResponse:
     """ok when the database answers and every worker is alive; 503 (degraded) otherwise."""
-    try:
-        await run_in_threadpool(services.db.ping)
-        database = "ok"
-    except Exception:
-        database = "unreachable"
-    stats = services.pool.stats()
-    ok = database == "ok" and stats.alive > 0
+    database = await _database(services)
+    stats, predictors = services.pool.stats(), services.predictors.stats()
+    ok = database == "ok" and stats.alive > 0 and predictors.alive > 0
     body = {"status": "ok" if ok else "degraded", "database": database, "backend": services.db.backend,
-            "workers": asdict(stats)}
+            "workers": asdict(stats), "predict_workers": asdict(predictors)}
     return JSONResponse(body, status_code=200 if ok else 503)
 
 

@@ -11,9 +11,11 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import bindparam, select, update
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import Reader, Services, ServicesDep, Writer, errors
+from api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
 from api.errors import ApiError
+from api.etags import tagged
 from api.idempotency import KEY_PATTERN
+from api.links import page_link
 from api.models import JobRow, PlanRow, utcnow
 from api.planning import Answer
 from api.schemas.jobs import JobPublic
@@ -33,6 +35,10 @@ IdempotencyKey = Annotated[str | None, Header(
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Writer]
 
 
+def _owner(principal: PrincipalDep) -> str | None:
+    return principal.owner if principal is not None else None
+
+
 def _idempotency(credentials: HTTPAuthorizationCredentials | None, key: str | None) -> tuple[str, str] | None:
     return (credentials.credentials, key) if credentials is not None and key is not None else None
 
@@ -46,21 +52,23 @@ def _respond(answer: Answer) -> Response:
 @router.post("", response_model=PlanPublic, status_code=201,
              responses={200: {"model": PlanPublic, "description": "an identical request's stored plan"},
                         202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
-                        **errors(401, 409, 413, 422, 503)})
-async def create_plan(body: PlanCreate, services: ServicesDep, credentials: Credentials,
+                        **errors(401, 403, 409, 413, 422, 503)})
+async def create_plan(body: PlanCreate, services: ServicesDep, credentials: Credentials, principal: PrincipalDep,
                       idempotency_key: IdempotencyKey = None) -> Response:
     """Plan a model on a cluster.  201 with the plan when it is solved within ``wait`` seconds, 202
     with the job otherwise; 200 with the stored plan for a request identical to an earlier one."""
-    return _respond(await services.planning.create(body, "plan", _idempotency(credentials, idempotency_key)))
+    return _respond(await services.planning.create(body, "plan", _idempotency(credentials, idempotency_key),
+                                                   _owner(principal)))
 
 
 @router.post("/compare", response_model=ComparePublic,
              responses={202: {"model": JobPublic, "description": "still solving: poll the job (Location)"},
-                        **errors(401, 409, 413, 422, 503)})
+                        **errors(401, 403, 409, 413, 422, 503)})
 async def compare_plans(body: CompareCreate, services: ServicesDep, credentials: Credentials,
-                        idempotency_key: IdempotencyKey = None) -> Response:
+                        principal: PrincipalDep, idempotency_key: IdempotencyKey = None) -> Response:
     """The ILP and every baseline on one problem, scored by the same simulator, side by side."""
-    return _respond(await services.planning.create(body, "compare", _idempotency(credentials, idempotency_key)))
+    return _respond(await services.planning.create(body, "compare", _idempotency(credentials, idempotency_key),
+                                                   _owner(principal)))
 
 
 @router.get("", dependencies=[Reader], response_model=PlanList, responses=errors(401, 422))
@@ -82,12 +90,16 @@ def get_plans(services: ServicesDep, request: Request,
         items = [plan_summary(row) for row in rows]
     following = None
     if offset + len(items) < total:
-        following = str(request.url.include_query_params(offset=offset + len(items), limit=limit))
+        following = page_link(services.settings.public_url, "/v1/plans",
+                              {"model": model, "cluster": cluster, "since": since, "until": until,
+                               "reserved": reserved, "limit": limit, "offset": offset + len(items)})
     return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset, "next": following})
 
 
-@router.get("/{plan_id}", dependencies=[Reader], response_model=PlanPublic, responses=errors(401, 404))
+@router.get("/{plan_id}", dependencies=[Reader], response_model=PlanPublic,
+            responses={304: {"description": "If-None-Match names the current ETag"}, **errors(401, 404)})
 async def get_plan(plan_id: PlanId, request: Request) -> Response:
+    """One plan, with an ``ETag``: send it back in ``If-None-Match`` for a 304 while the plan is unchanged."""
     # The hottest route: services straight from the app, the stored JSON spliced in unparsed.
     services: Services = request.app.state.services
 
@@ -100,16 +112,18 @@ async def get_plan(plan_id: PlanId, request: Request) -> Response:
     body = await services.db.quick(read)
     if body is None:
         raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
-    return Response(body, media_type="application/json")
+    return tagged(request, body)
 
 
-@router.post("/{plan_id}/release", dependencies=[Writer], response_model=PlanPublic, responses=errors(401, 404))
-def release_plan(plan_id: PlanId, services: ServicesDep) -> JSONResponse:
+@router.post("/{plan_id}/release", dependencies=[Writer], response_model=PlanPublic,
+             responses=errors(401, 403, 404))
+def release_plan(plan_id: PlanId, services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
     """Remove the load a reserved plan records on its cluster; the plan itself stays."""
     with services.db.write() as session:
         row = session.get(PlanRow, plan_id, with_for_update=True)
         if row is None:
             raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
+        owner_check(principal, row.owner, f"plan {plan_id}", ["path", "plan_id"])
         if row.reserved:
             services.registry.release(session, plan_id)
             row.reserved, row.released_at = False, utcnow()
@@ -118,8 +132,8 @@ def release_plan(plan_id: PlanId, services: ServicesDep) -> JSONResponse:
 
 
 @router.delete("/{plan_id}", dependencies=[Writer], status_code=204, response_class=Response,
-               responses=errors(401, 404))
-async def delete_plan(plan_id: PlanId, services: ServicesDep) -> Response:
+               responses=errors(401, 403, 404))
+async def delete_plan(plan_id: PlanId, services: ServicesDep, principal: PrincipalDep) -> Response:
     """Delete a plan, releasing its reservation; its jobs stay, without the plan."""
 
     def delete() -> bool:
@@ -127,6 +141,7 @@ async def delete_plan(plan_id: PlanId, services: ServicesDep) -> Response:
             row = session.get(PlanRow, plan_id, with_for_update=True)
             if row is None:
                 return False
+            owner_check(principal, row.owner, f"plan {plan_id}", ["path", "plan_id"])
             services.registry.release(session, plan_id)
             session.execute(update(JobRow).where(JobRow.plan_id == plan_id).values(plan_id=None))
             session.delete(row)

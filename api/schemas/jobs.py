@@ -9,9 +9,9 @@ from pydantic import BaseModel, Field
 
 from api.schemas.plans import ComparisonDoc
 
-__all__ = ["JobPublic", "JobStatus"]
+__all__ = ["JobList", "JobPublic", "JobStatus", "JobSummary"]
 
-JobStatus = Literal["queued", "running", "done", "failed"]
+JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
 
 class JobPublic(BaseModel):
@@ -23,8 +23,36 @@ class JobPublic(BaseModel):
     started_at: datetime | None
     finished_at: datetime | None
     error: str | None = Field(..., description="why it failed")
-    error_type: str | None = Field(..., description="PlanError, GraphError, … WorkerDied, Timeout, Restarted")
+    error_type: str | None = Field(..., description="PlanError, GraphError, … MemoryLimit, Timeout, WorkerDied, "
+                                                      "Cancelled, Restarted")
     worker_pid: int | None = Field(..., description="the worker process that ran it")
     plan_id: str | None
     plan_url: str | None
+    owner: str | None = Field(None, description="the owner of the token that made it")
     result: ComparisonDoc | None = Field(None, description="a finished comparison")
+
+
+class JobSummary(BaseModel):
+    """A job as ``GET /v1/jobs`` lists it: :class:`JobPublic` without a comparison's result."""
+
+    id: str
+    url: str
+    kind: Literal["plan", "compare"]
+    status: JobStatus
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    error: str | None
+    error_type: str | None
+    worker_pid: int | None
+    plan_id: str | None
+    plan_url: str | None
+    owner: str | None = Field(None, description="the owner of the token that made it")
+
+
+class JobList(BaseModel):
+    items: list[JobSummary]
+    total: int = Field(..., description="jobs that match, over all pages")
+    limit: int
+    offset: int
+    next: str | None = Field(..., description="the next page (under PIPEPLAN_PUBLIC_URL when set), or null")

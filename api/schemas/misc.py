@@ -11,7 +11,8 @@ from api.schemas.graph import LayerDoc
 from api.schemas.plans import COSTMODEL_PATTERN
 from costmodel.hardware import Contention, Device
 
-__all__ = ["Health", "LayerPrediction", "PoolHealth", "PredictRequest", "PredictResponse", "ZooModelPublic"]
+__all__ = ["Health", "LayerPrediction", "Liveness", "PoolHealth", "PredictRequest", "PredictResponse", "Readiness",
+           "ZooModelPublic"]
 
 
 class ZooModelPublic(BaseModel):
@@ -53,7 +54,11 @@ class PoolHealth(BaseModel):
     busy: int
     queued: int
     capacity: int
-    restarts: int
+    restarts: int = Field(..., description="workers started in place of ones that died or were stopped")
+    ready: int = Field(..., description="workers alive with their imports done")
+    recycled: int = Field(..., description="workers replaced on purpose: PIPEPLAN_WORKER_MAX_JOBS, "
+                                           "PIPEPLAN_WORKER_MAX_RSS, or after running out of memory")
+    started: bool = Field(..., description="whether the pool's first workers have finished starting")
 
 
 class Health(BaseModel):
@@ -61,3 +66,13 @@ class Health(BaseModel):
     database: Literal["ok", "unreachable"]
     backend: str
     workers: PoolHealth
+    predict_workers: PoolHealth
+
+
+class Liveness(BaseModel):
+    status: Literal["alive"]
+
+
+class Readiness(BaseModel):
+    status: Literal["ready", "not ready"]
+    reasons: list[str] = Field(..., description="why not ready; empty when ready")

@@ -118,6 +118,7 @@ class PlanPublic(BaseModel):
     released_at: datetime | None
     loads: dict[str, Literal["compute", "memory"]] = Field(..., description="device → load a stage puts on it")
     cached: bool = Field(False, description="true when an identical earlier request made this plan")
+    owner: str | None = Field(None, description="the owner of the token that first asked for it")
     plan: PlanDoc
 
 
@@ -134,6 +135,7 @@ class PlanSummary(BaseModel):
     throughput: float | None
     latency: float | None
     reserved: bool
+    owner: str | None = None
 
 
 class PlanList(BaseModel):

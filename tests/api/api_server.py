@@ -32,7 +32,7 @@ def _env(database_url: str, settings: dict[str, Any]) -> dict[str, str]:
     return env
 
 
-def create_token(database_url: str, name: str = "tests") -> str:
+def create_token(database_url: str, name: str = "tests", owner: str | None = None, scopes: str = "read plan") -> str:
     """A stored token (test_cli checks ``pipeplan token create`` itself, which also loads torch)."""
     from api.auth import create_token as create
     from api.database import Database
@@ -40,14 +40,16 @@ def create_token(database_url: str, name: str = "tests") -> str:
     db = Database(database_url)
     try:
         db.migrate()
-        return create(db, name)
+        return create(db, name, owner, scopes)
     finally:
         db.dispose()
 
 
-def cli(database_url: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``pipeplan ARGS`` on ``database_url``."""
-    return subprocess.run([sys.executable, "-m", "pipeplan", *args], env=_env(database_url, {}), cwd=ROOT,
+def cli(database_url: str, *args: str, timeout: float = 120,
+        module: str = "pipeplan") -> subprocess.CompletedProcess[str]:
+    """Run ``pipeplan ARGS`` on ``database_url`` (``module="api"``: the service's own commands, without
+    loading torch)."""
+    return subprocess.run([sys.executable, "-m", module, *args], env=_env(database_url, {}), cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
 
 
@@ -74,13 +76,14 @@ class Server:
                 self.process.wait(5)
 
 
-def start_server(database_url: str, log: Path, workers: int = 2, **settings: Any) -> Server:
+def start_server(database_url: str, log: Path, workers: int = 2, log_level: str = "warning", access_log: bool = False,
+                 **settings: Any) -> Server:
     port = free_port()
     out = log.open("ab")
     process = subprocess.Popen(
         # ``python -m api serve`` is ``pipeplan serve`` without the rest of the CLI (which imports torch).
         [sys.executable, "-m", "api", "serve", "--port", str(port), "--workers", str(workers),
-         "--no-access-log", "--log-level", "warning"],
+         "--log-level", log_level, *([] if access_log else ["--no-access-log"])],
         env=_env(database_url, settings), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     server = Server(f"http://127.0.0.1:{port}", database_url, settings, process, log)
     deadline = time.monotonic() + 60
@@ -88,7 +91,7 @@ def start_server(database_url: str, log: Path, workers: int = 2, **settings: Any
         if process.poll() is not None:
             raise RuntimeError(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
         try:
-            if httpx.get(f"{server.url}/healthz", timeout=1).status_code == 200:
+            if httpx.get(f"{server.url}/readyz", timeout=1).status_code == 200:  # workers ready too
                 return server
         except httpx.HTTPError:
             pass

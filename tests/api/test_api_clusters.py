@@ -94,3 +94,19 @@ def test_a_busy_device_steers_the_plan(client: httpx.Client) -> None:
         return sum(len(s["layers"]) for s in plan["plan"]["stages"] if s["device"] == device)
 
     assert share(busy, "gpu0") < share(idle, "gpu0")
+
+
+def test_a_cluster_registered_again_under_its_name_is_the_new_one(client: httpx.Client) -> None:
+    # Both registrations are revision 1: what the service remembers of the first must not answer for the second.
+    assert client.put("/v1/clusters/reborn", json=cluster_spec(2)).status_code == 201
+    assert len(client.get("/v1/clusters/reborn").json()["devices"]) == 2
+    first = client.post("/v1/plans", json=plan_body(chain_graph(4, "reborn"), "reborn")).json()
+    assert client.delete(first["url"]).status_code == 204
+    assert client.delete("/v1/clusters/reborn").status_code == 204
+    assert client.put("/v1/clusters/reborn", json=cluster_spec(3)).status_code == 201
+    again = client.get("/v1/clusters/reborn").json()
+    assert again["revision"] == 1 and len(again["devices"]) == 3
+    second = client.post("/v1/plans", json=plan_body(chain_graph(4, "reborn"), "reborn"))
+    assert second.status_code == 201 and second.json()["id"] != first["id"]  # planned on the new cluster
+    assert client.delete(second.json()["url"]).status_code == 204
+    assert client.delete("/v1/clusters/reborn").status_code == 204

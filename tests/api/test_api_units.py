@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from api.auth import TokenChecker, create_token
+from api.auth import Principal, TokenChecker, create_token, list_tokens, revoke_token
 from api.database import Database
 from api.keys import canonical, digest_of, finite, request_key
 from api.main import create_app
@@ -21,8 +21,8 @@ from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device
 
 
-@pytest.mark.parametrize("module", ["api.auth", "api.database", "api.keys", "api.main", "api.reservations",
-                                    "api.settings"])
+@pytest.mark.parametrize("module", ["api.auth", "api.database", "api.etags", "api.keys", "api.links", "api.logs",
+                                    "api.main", "api.ratelimit", "api.reservations", "api.settings"])
 def test_doctests(module: str) -> None:
     failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried > 0 and failures == 0
@@ -71,6 +71,11 @@ def test_settings_refuse_what_would_fail_later() -> None:
         Settings(database_url="sqlite://", default_time_limit=100, max_time_limit=10)
     with pytest.raises(ValidationError):
         Settings(database_url="sqlite://", read_auth="maybe")
+    with pytest.raises(ValidationError, match="PIPEPLAN_PUBLIC_URL"):
+        Settings(database_url="sqlite://", public_url="plans.example.com")
+    with pytest.raises(ValidationError, match="PIPEPLAN_CORS_ORIGINS"):
+        Settings(database_url="sqlite://", cors_origins=["ui.example.com"])
+    assert Settings(database_url="sqlite://", public_url="https://p.example.com/").public_url == "https://p.example.com"
 
 
 def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
@@ -80,11 +85,26 @@ def test_tokens_are_stored_hashed(tmp_path: Path) -> None:
     with db.read() as session:
         stored = session.execute(text("select name, digest from tokens")).all()
     assert stored[0][0] == "ops" and token not in stored[0][1]
-    checker = TokenChecker(db)
-    assert checker.valid(token) and checker.valid(token)  # the second from memory
+    checker, cached = TokenChecker(db), TokenChecker(db, ttl=60)
+    assert checker.check(token) == cached.check(token) == Principal(1, "ops", frozenset({"read", "plan"}))
     assert not checker.valid(token + "x") and not checker.valid(None) and not checker.valid("Bearer")
     with pytest.raises(ValueError, match="token name"):
         create_token(db, " ")
+    with pytest.raises(ValueError, match="scopes must be some of read, plan, admin, got 'write'"):
+        create_token(db, "w", scopes="write")
+    admin = create_token(db, "root", owner="ops", scopes="admin,read")
+    assert [(t.name, t.owner, t.scopes) for t in list_tokens(db)] == [("ops", "ops", "read plan"),
+                                                                       ("root", "ops", "read admin")]
+    assert [t.name for t in revoke_token(db, "1")] == ["ops"]
+    assert checker.check(token) is None  # at once without a cache
+    assert cached.check(token) is not None  # a cache trusts it for its ttl: why the default is 0
+    with pytest.raises(ValueError, match="no unrevoked token"):
+        revoke_token(db, "ops")
+    root = checker.check(admin)
+    assert root is not None and root.allows("plan") and root.may_change("someone") and root.may_change(None)
+    ana = Principal(3, "ana", frozenset({"plan"}))
+    assert ana.may_change("ana") and not ana.may_change("bo") and not ana.may_change(None)
+    assert not Principal(4, "ana", frozenset({"read"})).may_change("ana")
     db.dispose()
 
 

@@ -30,21 +30,23 @@ def test_zoo_model_is_captured_in_a_worker_once(client: httpx.Client, server: Se
     assert "256" in bad.json()["detail"][0]["msg"]
 
 
-def test_predict_times_layers_on_devices(anonymous: httpx.Client) -> None:
+def test_predict_times_layers_on_devices(client: httpx.Client, anonymous: httpx.Client) -> None:
     layers = chain_graph(3)["layers"]
-    answer = anonymous.post("/v1/costmodel/predict", json={"layers": layers, "cluster": "hetero-a100-t4"})
+    refused = anonymous.post("/v1/costmodel/predict", json={"layers": layers, "cluster": "hetero-a100-t4"})
+    assert refused.status_code == 401  # it runs a worker: a token, as for writes
+    answer = client.post("/v1/costmodel/predict", json={"layers": layers, "cluster": "hetero-a100-t4"})
     assert answer.status_code == 200, answer.text
     result = answer.json()
     assert result["devices"] == ["gpu0", "gpu1", "gpu2", "gpu3"]
     assert [r["name"] for r in result["layers"]] == ["l0", "l1", "l2"]
     assert result["totals"]["gpu0"] == pytest.approx(sum(r["seconds"]["gpu0"] for r in result["layers"]))
     assert result["totals"]["gpu2"] > result["totals"]["gpu0"]  # a T4 is slower than an A100
-    busy = anonymous.post("/v1/costmodel/predict", json={"layers": layers, "cluster": "hetero-a100-t4",
+    busy = client.post("/v1/costmodel/predict", json={"layers": layers, "cluster": "hetero-a100-t4",
                                                           "load": {"corunners": 1, "kind": "compute"}}).json()
     assert busy["totals"]["gpu0"] > result["totals"]["gpu0"]
-    bad = anonymous.post("/v1/costmodel/predict", json={"layers": [{"name": "x"}], "cluster": "local-cpu"})
+    bad = client.post("/v1/costmodel/predict", json={"layers": [{"name": "x"}], "cluster": "local-cpu"})
     assert bad.status_code == 422 and "missing field" in bad.json()["detail"][0]["msg"]
-    neither = anonymous.post("/v1/costmodel/predict", json={"layers": layers})
+    neither = client.post("/v1/costmodel/predict", json={"layers": layers})
     assert neither.status_code == 422 and neither.json()["detail"][0]["loc"] == ["body", "cluster"]
 
 
