@@ -142,6 +142,39 @@ def targets_from_models(names: Sequence[str], gpu: int | None = None) -> list[Ta
     return targets
 
 
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
+_RETAINED: list[bool] = []
+
+
+def retain_freed_memory() -> bool:
+    """Make glibc's malloc keep freed activation buffers for reuse instead of handing them back to
+    the OS (once per process; False where the C library is not glibc).
+
+    By default glibc serves large blocks with mmap and unmaps them when freed, so a model run back
+    to back, as a pipeline stage runs its microbatches, page-faults fresh zeroed memory for every
+    activation of every call: a ResNet-style CNN at batch 8 took 9.65 ms per call back to back
+    against 8.3 ms when each call followed other work, and 8.3 ms back to back with these settings
+    (what a pipeline stage runs and what the profiler times must be the same thing). The cost is
+    memory the process keeps: freed blocks up to 32 MiB stay in its heap, and up to 1 GiB of free
+    heap top is kept.
+    """
+    if _RETAINED:
+        return _RETAINED[0]
+    import ctypes
+    import ctypes.util
+
+    ok = False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = getattr(libc, "mallopt", None)
+        if mallopt is not None:
+            ok = bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
+    except OSError:
+        pass
+    _RETAINED.append(ok)
+    return ok
+
+
 @contextmanager
 def pinned(cores: Sequence[int], threads: int) -> Iterator[None]:
     """Run the calling thread on ``cores`` with ``threads`` torch threads, denormal floats flushed to
@@ -156,6 +189,7 @@ def pinned(cores: Sequence[int], threads: int) -> Iterator[None]:
     os.sched_setaffinity(0, cores)
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
+    retain_freed_memory()
     try:
         yield
     finally:

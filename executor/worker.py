@@ -29,6 +29,7 @@ from torch.distributed.pipelining import PipelineStage
 
 from costmodel.corunners import CoRunners
 from costmodel.hardware import Contention
+from costmodel.profile import retain_freed_memory
 from costmodel.source import build_source, flat_inputs, kwarg_order
 from executor.check import compare_outputs, tolerance
 from executor.errors import RunError
@@ -115,10 +116,17 @@ class _Guarded(torch.nn.Module):
 
 
 def pin(stage: StageSetup) -> None:
-    """Pin this process (and the threads it will start) to the stage's cores, with a fixed thread count."""
+    """Pin this process (and the threads it will start) to the stage's cores, with a fixed thread count,
+    and flush denormal floats to zero, as the profiler does (:func:`costmodel.profile.pinned`): random
+    weights can drive a model into denormals that trained weights do not, and a run measures what
+    the plan predicted for the trained model. The unsplit model the outputs are checked against runs
+    in a stage process too, under the same setting. Freed memory is kept for reuse, as when profiling
+    (:func:`costmodel.profile.retain_freed_memory` says why)."""
     if stage.cores:
         os.sched_setaffinity(0, stage.cores)
     torch.set_num_threads(stage.threads)
+    torch.set_flush_denormal(True)
+    retain_freed_memory()  # microbatches back to back must not page-fault every activation afresh
     with contextlib.suppress(RuntimeError):  # only settable before the first inter-op task
         torch.set_num_interop_threads(1)
 

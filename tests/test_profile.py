@@ -121,3 +121,13 @@ def test_a_dataset_with_missing_columns_or_bad_times_is_refused(tmp_path) -> Non
         read_dataset(bad)
     with pytest.raises(ValueError, match="cannot read dataset"):
         read_dataset(tmp_path / "absent.csv")
+
+
+def test_freed_memory_is_retained_on_glibc() -> None:
+    import platform
+
+    from costmodel.profile import retain_freed_memory
+
+    expected = platform.system() == "Linux" and platform.libc_ver()[0] == "glibc"
+    assert retain_freed_memory() is expected
+    assert retain_freed_memory() is expected  # once per process, same answer
