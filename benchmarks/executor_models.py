@@ -61,11 +61,13 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=2)
     parser.add_argument("--costmodel", default="learned")
     parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="the executor's (1f1b)")
     args = parser.parse_args()
     models = {"small": SMALL, "large": LARGE, "all": SMALL + LARGE}.get(args.models, args.models.split(","))
     cost = load_cost_model(args.costmodel)
     folder = Path(tempfile.mkdtemp())
     print(f"# target {args.target}, cost model {args.costmodel}, batch {args.batch}, block granularity, "
+          f"schedule {args.schedule}, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     print("| model | stages | check rel err | slowest stage pred ms | meas ms | median stage compute err | s |")
     print("|---|---:|---:|---:|---:|---:|---:|")
@@ -78,7 +80,8 @@ def main() -> None:
             plan = time_balanced(problem)
             plan.cluster = str(spec)
             try:
-                report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec)))
+                report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec),
+                                                            schedule=args.schedule))
             except Exception as exc:  # a benchmark reports every case, failures included
                 print(f"| {name} | {k} | FAILED: {type(exc).__name__}: {str(exc)[:120]} | | | | |")
                 continue
