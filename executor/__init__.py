@@ -5,6 +5,8 @@ Public surface::
     from executor import run_plan, RunOptions, RunReport
     from executor import split_program, check_plan            # the pieces, for other runners
     from executor import ExecutorError, PlanMismatchError, RunError, StageFailure, OutputMismatchError
+    from executor import deploy_plan, Deployment, ServeOptions                # a plan kept serving requests
+    from executor import QueueFullError, DeploymentClosed
 
 ``executor`` sits on top of ``costmodel`` and ``planner``.  Names are imported lazily so that
 ``pipeplan --help`` does not pay for torch.
@@ -16,9 +18,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
+    "Deployment": "executor.deploy",
+    "ServeOptions": "executor.deploy",
+    "deploy_plan": "executor.deploy",
+    "DeploymentClosed": "executor.errors",
     "ExecutorError": "executor.errors",
     "OutputMismatchError": "executor.errors",
     "PlanMismatchError": "executor.errors",
+    "QueueFullError": "executor.errors",
     "RunError": "executor.errors",
     "StageFailure": "executor.errors",
     "RunOptions": "executor.options",

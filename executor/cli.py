@@ -110,6 +110,17 @@ def register(sub: Any) -> None:
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
+    from executor.deploy_cli import add_deploy_arguments, cmd_deploy
+
+    p = sub.add_parser(
+        "deploy", help="keep a plan running and serve a stream of requests through it (a load test, for now)",
+        description="Start PLAN's stages once and serve a generated stream of requests through a bounded queue, "
+        "microbatched with a latency bound; check answers against the unsplit model and print each stage's "
+        "compute, transfer and idle time and the requests' queueing and latency.",
+        epilog="example:\n  pipeplan deploy --plan plan.json --requests 2000 --rate 500 --max-wait-ms 2",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_deploy_arguments(p)
+    p.set_defaults(func=cmd_deploy)
 
 
 def main(argv: list[str] | None = None) -> int:

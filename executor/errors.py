@@ -7,7 +7,8 @@ died, a collective timed out, the outputs differ from the unsplit model's).
 
 from __future__ import annotations
 
-__all__ = ["ExecutorError", "OutputMismatchError", "PlanMismatchError", "RunError", "StageFailure"]
+__all__ = ["DeploymentClosed", "ExecutorError", "OutputMismatchError", "PlanMismatchError", "QueueFullError",
+           "RunError", "StageFailure"]
 
 
 class ExecutorError(Exception):
@@ -38,3 +39,11 @@ class OutputMismatchError(RunError):
     def __init__(self, message: str, report: object) -> None:
         super().__init__(message)
         self.report = report
+
+
+class QueueFullError(ExecutorError):
+    """A deployment's request queue stayed full for the whole of ``submit``'s timeout."""
+
+
+class DeploymentClosed(ExecutorError):
+    """The deployment no longer takes requests: it was closed, or a stage failed (``__cause__`` says which)."""

@@ -21,7 +21,7 @@ import pickle
 import signal
 import socket
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -60,8 +60,10 @@ def _die_with_parent() -> None:
 
 
 def _stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], init_method: str,
-                conn: Connection) -> None:
-    """Body of a spawned stage process: run the stage, send ("ok", result) or ("error", failure)."""
+                conn: Connection, body: Callable[..., Any] | None = None, extra: tuple[Any, ...] = ()) -> None:
+    """Body of a spawned stage process: run the stage, send ("ok", result) or ("error", failure).
+
+    ``body`` replaces :func:`executor.worker.run_stage` (same first five arguments, then ``extra``)."""
     _die_with_parent()
     from executor.source import import_registrations
     from executor.worker import Phases, describe_failure, run_stage
@@ -73,7 +75,7 @@ def _stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], in
         phases.enter("importing the modules that register the model's operators")
         import_registrations(modules, setup.plan.get("source"))
         phases.enter("unpickling the stage")
-        result = run_stage(rank, setup, init_method, phases, pickle.loads(built))
+        result = (body or run_stage)(rank, setup, init_method, phases, pickle.loads(built), *extra)
         conn.send(("ok", result))
     except BaseException as exc:  # report anything, KeyboardInterrupt included, then exit non-zero
         with contextlib.suppress(Exception):
@@ -120,7 +122,8 @@ def _exit_reason(code: int | None) -> str:
     return f"exited with status {code} without reporting"
 
 
-def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebuildable: bool = True
+def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebuildable: bool = True,
+          *, body: Callable[..., Any] | None = None, extra: Sequence[tuple[Any, ...]] | None = None
           ) -> list[dict[str, Any]]:
     """Run every stage of ``setup`` in its own local process; return rank 0's gathered results.
 
@@ -128,6 +131,11 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
     process has to rebuild or export the model again; ``modules`` are imported there first (they
     register the custom operators the stages call).  ``rebuildable`` says whether the plan's source
     can rebuild the model, for a model that cannot be pickled.
+
+    ``body`` (a module-level function) runs in each process instead of
+    :func:`executor.worker.run_stage`, with ``extra[rank]`` appended to its arguments (a deployment
+    passes the pipes of its requests and answers).  Connections in ``extra`` are closed here once
+    their process holds them, so that either end sees the other's death as EOF or a broken pipe.
     """
     ctx = _context()
     init_method = f"tcp://127.0.0.1:{free_port()}"
@@ -137,10 +145,15 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
         for rank in range(setup.world_size):
             recv_end, send_end = ctx.Pipe(duplex=False)
             built = _pickled(builds[rank], rebuildable)
-            proc = ctx.Process(target=_stage_main, args=(rank, setup, built, list(modules), init_method, send_end),
+            more = tuple(extra[rank]) if extra is not None else ()
+            proc = ctx.Process(target=_stage_main, args=(rank, setup, built, list(modules), init_method, send_end,
+                                                         body, more),
                                name=f"pipeplan-stage-{rank}")
             proc.start()
             send_end.close()
+            for obj in more:
+                if isinstance(obj, Connection):
+                    obj.close()
             procs.append(proc)
             conns[recv_end] = rank
         return _supervise(setup, procs, conns)
@@ -168,7 +181,7 @@ def _supervise(setup: RunSetup, procs: list[Any], conns: dict[Connection, int]) 
             conn.close()
         if message is None:
             procs[rank].join(timeout=1)
-            failure = {"message": f"the process {_exit_reason(procs[rank].exitcode)}", "origin": "other",
+            failure = {"message": f"the process {_exit_reason(procs[rank].exitcode)}", "origin": "exit",
                        "details": ""}
             message = ("error", failure)
         finished[rank] = message
@@ -191,7 +204,10 @@ def _supervise(setup: RunSetup, procs: list[Any], conns: dict[Connection, int]) 
                 collect(rank)
     failures = [r for r, (kind, _) in finished.items() if kind == "error"]
     if failures:
-        blamed = next((r for r in failures if finished[r][1]["origin"] == "forward"), failures[0])
+        # A stage whose forward raised, else one that died without a word (its neighbours report only
+        # the dropped connection, and may do so first), else the first to fail.
+        blamed = next((r for origin in ("forward", "exit") for r in failures if finished[r][1]["origin"] == origin),
+                      failures[0])
         failure = finished[blamed][1]
         log.debug("stage %d traceback:\n%s", blamed, failure["details"])
         message = failure["message"]

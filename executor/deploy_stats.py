@@ -1,0 +1,128 @@
+"""A deployment's measurements, kept as it serves: per stage and per request.
+
+Per stage, over its last ``window`` microbatches, split as the run report splits a run's
+(:func:`executor.report._microbatches`): ``compute``; ``recv``, the input's transfer once the
+previous stage had it ready; ``send``, posting the output and waiting for it to be taken;
+``transfer`` = recv + send; ``idle``, waiting for work — for stage 0, for requests; for the others,
+for the stage before them.  Per request, over the last ``window`` answered: ``queueing``, from
+``submit`` to its microbatch leaving for stage 0 (the latency bound and any backlog), and
+``latency``, from ``submit`` to the answer.  Counters cover the deployment's whole life.
+"""
+
+from __future__ import annotations
+
+import statistics
+import threading
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from executor.report import _microbatches
+
+__all__ = ["DeploymentStats", "Meter", "StageStats"]
+
+_STEP, _COMP_END = 0, 5  # columns of a timing row (MicrobatchTiming.as_row)
+
+
+def _quantile(values: list[float], q: float) -> float:
+    """The ``q`` quantile by nearest rank; 0.0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+@dataclass
+class StageStats:
+    """One stage's means per microbatch, in seconds, over its recent microbatches."""
+
+    index: int
+    device: str
+    microbatches: int  # served so far
+    compute: float
+    recv: float
+    send: float
+    transfer: float
+    idle: float
+    utilization: float  # compute over the wall time of the window
+
+
+@dataclass
+class DeploymentStats:
+    """What :meth:`executor.deploy.Deployment.stats` returns; times in seconds."""
+
+    submitted: int
+    answered: int
+    failed: int
+    refused: int  # submits turned away by a full queue
+    microbatches: int
+    padded: int  # padding samples sent to fill partial microbatches
+    queued: int  # requests waiting now
+    in_flight: int  # microbatches in the pipeline now
+    throughput: float  # requests answered per second over the window
+    queueing: dict[str, float]  # mean, p50, p99
+    latency: dict[str, float]
+    stages: list[StageStats] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Meter:
+    """Collects timing rows and answered requests from the deployment's threads (thread-safe)."""
+
+    def __init__(self, devices: list[str], window: int = 1000) -> None:
+        self.devices = devices
+        self._lock = threading.Lock()
+        self._rows: list[deque[list[float]]] = [deque(maxlen=window) for _ in devices]
+        self._arrived: deque[tuple[int, float]] = deque(maxlen=window)  # stage 0: (step, inputs arrived)
+        self._served = [0] * len(devices)
+        self._requests: deque[tuple[float, float, float]] = deque(maxlen=window)  # submitted, dispatched, answered
+        self.counts = {"submitted": 0, "answered": 0, "failed": 0, "refused": 0, "microbatches": 0, "padded": 0}
+
+    def count(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] += n
+
+    def step(self, rank: int, row: list[float], arrived: float | None) -> None:
+        """Stage ``rank`` finished a step (``row``: its timings; ``arrived``: stage 0's input arrival)."""
+        with self._lock:
+            self._rows[rank].append(row)
+            self._served[rank] += 1
+            if arrived is not None:
+                self._arrived.append((int(row[_STEP]), arrived))
+
+    def answered(self, submitted: float, dispatched: float, answered: float) -> None:
+        with self._lock:
+            self._requests.append((submitted, dispatched, answered))
+            self.counts["answered"] += 1
+
+    def snapshot(self, queued: int, in_flight: int) -> DeploymentStats:
+        with self._lock:
+            rows = [list(r) for r in self._rows]
+            arrived = dict(self._arrived)
+            requests = list(self._requests)
+            counts = dict(self.counts)
+            served = list(self._served)
+        stages: list[StageStats] = []
+        upstream: dict[tuple[int, int], float] = {(step, 0): t for step, t in arrived.items()}
+        for k, device in enumerate(self.devices):
+            mbs = _microbatches(rows[k], upstream)
+            upstream = {(int(r[_STEP]), 0): r[_COMP_END] for r in rows[k]}
+            mean = {key: statistics.fmean(mb[key] for mb in mbs) if mbs else 0.0
+                    for key in ("compute", "recv", "send", "idle")}
+            span = (rows[k][-1][_COMP_END] - rows[k][0][2]) if rows[k] else 0.0
+            utilization = sum(mb["compute"] for mb in mbs) / span if span > 0 else 0.0
+            stages.append(StageStats(k, device, served[k], mean["compute"], mean["recv"], mean["send"],
+                                     mean["recv"] + mean["send"], mean["idle"], utilization))
+        queueing = [d - s for s, d, _ in requests]
+        latency = [a - s for s, _, a in requests]
+        span = (max(a for *_, a in requests) - min(s for s, *_ in requests)) if len(requests) > 1 else 0.0
+
+        def summary(values: list[float]) -> dict[str, float]:
+            return {"mean": statistics.fmean(values) if values else 0.0, "p50": _quantile(values, 0.5),
+                    "p99": _quantile(values, 0.99)}
+
+        return DeploymentStats(**counts, queued=queued, in_flight=in_flight,
+                               throughput=len(requests) / span if span > 0 else 0.0,
+                               queueing=summary(queueing), latency=summary(latency), stages=stages)
