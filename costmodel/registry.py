@@ -9,6 +9,8 @@
   fitted on an H100 (:mod:`costmodel.gpu`);
 - ``"gpu"``: the best GPU model shipped: ``learned-h100`` once a GPU profile and its model exist
   (``GPU_LEARNED``), ``analytic-gpu`` until then;
+- ``"table:FILE"``: seconds per layer and device type (or id) from any profiler, CSV or JSON
+  (:mod:`costmodel.table`);
 - anything else: the path of a model file written by ``pipeplan costmodel train``.
 
 A model loaded from a file carries ``spec`` and ``digest`` (:mod:`costmodel.provenance`), which a
@@ -118,6 +120,10 @@ def load_cost_model(spec: str = "analytic") -> CostModel:
         from costmodel.calibration import CalibratedCostModel
 
         return CalibratedCostModel(load_cost_model(spec.removeprefix("calibrated:")))
+    if spec.startswith("table:"):  # any profiler's seconds per layer and device type (costmodel.table)
+        from costmodel.table import load_table
+
+        return load_table(spec)
     if spec.startswith("profile:"):  # a model's measured per-layer table (costmodel.profiled)
         from costmodel.profiled import load_profiled
 

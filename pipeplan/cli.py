@@ -110,7 +110,8 @@ def _add_costmodel_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--costmodel", metavar="CM",
                    help="analytic (roofline, the default), learned (the shipped contention-aware CPU model), "
                    "the path of a model file from `pipeplan costmodel train`, or profile:FILE (a table from "
-                   "`pipeplan profile MODEL`: measured times of that model's layers). Unset, a table that "
+                   "`pipeplan profile MODEL`: measured times of that model's layers), or table:FILE (seconds per "
+                   "layer and device type from any profiler, CSV or JSON: docs/planner.md). Unset, a table that "
                    "`pipeplan profile` wrote for this model on this CPU (in ./profiles or $PIPEPLAN_PROFILES) "
                    "is used when it holds the graph's layers, analytic otherwise")
 

@@ -16,10 +16,14 @@ A solve has three steps; none changes what the optimum is:
 3. **CP-SAT** on the model of :mod:`planner.ilp_model` (assignment booleans, a device permutation,
    crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
    known as a complete hint.
+4. **Tie-break** (:mod:`planner.ilp_exact`): among plans of the optimal bottleneck, the one with
+   the fewest devices, then the lowest latency.
 
-Seconds are scaled to integer ticks, about 10⁻⁷ of the largest possible stage time
-(:class:`planner.ilp_ticks.Ticks`); the bound, the model and the scoring of warm starts share them.
-Every solve reports status, objective, best bound, gap and time; it never assumes OPTIMAL.
+Seconds are scaled to integer ticks, about 2⁻³⁰ of the largest possible stage time, each term
+rounded down (:class:`planner.ilp_ticks.Ticks`), so every bound in ticks is a bound in seconds; the
+bound, the model and the scoring of warm starts share them.  Every solve reports status, objective,
+best bound and gap in seconds and time; OPTIMAL means optimal in seconds within
+``EXACT_TOLERANCE`` (gap 0), anything else is FEASIBLE with its gap.
 """
 
 from __future__ import annotations
@@ -29,16 +33,17 @@ import math
 import os
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
 
 from planner.baselines import best_baseline
 from planner.ilp_bound import StageBound, StageProgram
+from planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
 from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
-from planner.plan import Certificate, Plan, relative_gap
+from planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from planner.problem import PlanError, Problem
 from planner.simulate import evaluate, make_plan
 
@@ -57,6 +62,7 @@ class SolverOptions:
     seed: int = 0
     gap_limit: float = 0.0  # stop when (objective − bound) / objective ≤ this
     warm_start: bool = True  # start from the best baseline (the stage program's plan is always used)
+    tie_break: bool = True  # among optimal plans, prefer fewer devices, then lower latency (planner.ilp_exact)
 
 
 def _interchangeable(problem: Problem) -> list[list[int]]:
@@ -77,13 +83,6 @@ def _interchangeable(problem: Problem) -> list[list[int]]:
         else:
             classes.append([d])
     return classes
-
-
-def _devices(problem: Problem, plan: Plan) -> tuple[list[int], list[int]]:
-    """A plan's layer → device index, and its used devices in pipeline order."""
-    index = {d: i for i, d in enumerate(problem.devices)}
-    owner = plan.assignment()
-    return [index[owner[name]] for name in problem.layers], [index[d] for d in plan.device_order()]
 
 
 def _rounds(refine: bool, throughput: bool,
@@ -165,7 +164,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
 
     def ticks_of(plan: Plan | None) -> int | None:
         """A plan's bottleneck in ticks, as the model counts it."""
-        return None if plan is None else costs.bottleneck(problem, _devices(problem, plan)[0])
+        return None if plan is None else costs.bottleneck(problem, plan_devices(problem, plan)[0])
 
     reached = ticks_of(incumbent)  # the incumbent's bottleneck in ticks, kept beside it
     # The program may take part of the time: a run that would pass its share is abandoned.
@@ -214,18 +213,28 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
              program.ideals if program else "too many", program.pairs if program else "-",
              time.perf_counter() - started)
 
-    def finish(plan: Plan, status: str, bound: float, source: str | None) -> Plan:
-        """``plan`` with the certificate of this solve (``source``: where a plan CP-SAT did not find
-        came from)."""
+    def finish(plan: Plan, bound: float, source: str | None) -> Plan:
+        """``plan`` with the certificate of this solve in seconds, after the tie-break
+        (:mod:`planner.ilp_exact`); ``source``: where a plan CP-SAT did not find came from."""
+        info = SolverDetails(**details, solution=source or "cp-sat")
+        bound = max(bound, problem.objective_lower_bound(), lower / costs.scale if throughput else 0.0)
+        settings = Settings(0.0, info.workers, opts.seed)
+
+        def limit() -> Settings:
+            return replace(settings, time_limit=pass_limit(opts.time_limit, time.perf_counter() - started))
+
         objective = plan.objective_value
-        if throughput:
-            bound = max(bound, lower / costs.scale)
-        bound = min(max(bound, problem.objective_lower_bound()), objective)
-        info = dict(details)
-        if source is not None:
-            info["solution"] = source
-        plan.certificate = Certificate("ilp", status, objective, bound, relative_gap(objective, bound),
-                                       time.perf_counter() - started, info)
+        optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE
+        if optimal and opts.tie_break and throughput and len(plan.stages) > 1 and limit().time_limit > 0:
+            better, note = tie_break(problem, plan, classes, limit())
+            info.passes.append(note)
+            if better is not plan:
+                plan, info.solution = better, info.solution + "; tie-break"
+                objective = plan.objective_value
+        bound = min(bound, objective)  # a valid bound; only float noise can put it above a plan
+        plan.certificate = Certificate("ilp", "OPTIMAL" if optimal else "FEASIBLE", objective, bound,
+                                       0.0 if optimal else relative_gap(objective, bound),
+                                       time.perf_counter() - started, solver=info)
         return plan
 
     def origin(plan: Plan) -> str:
@@ -234,12 +243,12 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     # -- proven before CP-SAT? -------------------------------------------------------------------------
     if incumbent is not None and gap_closed():
         details["solver_status"] = "not run: the stage program's bound proves the plan"
-        return finish(incumbent, "OPTIMAL", lower / costs.scale, origin(incumbent))
+        return finish(incumbent, lower / costs.scale, origin(incumbent))
 
     # -- CP-SAT ------------------------------------------------------------------------------------------
     built = build_model(problem, costs, classes, lower, reached)
     if incumbent is not None:
-        built.hint(problem, costs, classes, *_devices(problem, incumbent))
+        built.hint(problem, costs, classes, *plan_devices(problem, incumbent))
     solver = cp_model.CpSolver()
     spent = time.perf_counter() - started
     solver.parameters.max_time_in_seconds = max(opts.time_limit - spent, 0.1 * opts.time_limit)
@@ -259,22 +268,18 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
                         "breaks a device's memory capacity (or max_devices); add devices or memory, or "
                         "lower the microbatches in flight")
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+    # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (planner.ilp_ticks).
     bound = solver.best_objective_bound / costs.scale if solved else 0.0
     plan: Plan | None = None
     if solved:
-        k = problem.n_devices
-        assignment = [next(d for d in range(k) if solver.boolean_value(built.x[v][d]))
-                      for v in range(problem.n_layers)]
-        used_devices = sorted(set(assignment), key=lambda d: solver.value(built.pos[d]))
-        plan = make_plan(problem, assignment, Certificate("ilp", name, 0.0),
+        dev_of, used_devices = built.read(solver)
+        plan = make_plan(problem, dev_of, Certificate("ilp", name, 0.0),
                          order=[problem.devices[d] for d in used_devices])
     # CP-SAT works on rounded ticks and may stop before it improves on its hint: never hand back
     # something worse than the best plan known before it, but say where the plan came from.
     if incumbent is not None and (plan is None or incumbent.objective_value < plan.objective_value * (1 - 1e-9)):
-        return finish(incumbent, "OPTIMAL" if status == cp_model.OPTIMAL else "FEASIBLE", bound,
-                      origin(incumbent) + "; CP-SAT found nothing better in time")
+        return finish(incumbent, bound, origin(incumbent) + "; CP-SAT found nothing better in time")
     if plan is None:
         raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
                         "raise the time limit")
-    # With a gap limit CP-SAT reports OPTIMAL once within it: the gap is what the bound says.
-    return finish(plan, name, bound, None)
+    return finish(plan, bound, None)

@@ -105,6 +105,13 @@ class Model:
         model.add_hint(self.bottleneck, max(stage))
 
 
+    def read(self, solver: cp_model.CpSolver) -> tuple[list[int], list[int]]:
+        """The solver's plan: layer → device index, and the used devices in pipeline order."""
+        k = len(self.pos)
+        dev_of = [next(d for d in range(k) if solver.boolean_value(self.x[v][d])) for v in range(len(self.x))]
+        return dev_of, sorted(set(dev_of), key=lambda d: solver.value(self.pos[d]))
+
+
 def _link_groups(costs: Ticks) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
     """For each device b, the other devices grouped by the cost of every transfer into b (equal
     within a group, layer by layer); likewise for the transfers out of each device."""
@@ -125,9 +132,10 @@ def _link_groups(costs: Ticks) -> tuple[list[list[list[int]]], list[list[list[in
 
 
 def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower: int = 0, upper: int | None = None,
-                aggregate: bool = True) -> Model:
+                aggregate: bool = True, count_used: bool = False) -> Model:
     """The model of ``problem`` with ``lower ≤ B ≤ upper`` (both must be valid in ticks: ``lower``
-    a bound, ``upper`` the bottleneck of a plan), crossings grouped by link when ``aggregate``."""
+    a bound, ``upper`` the bottleneck of a plan), crossings grouped by link when ``aggregate``;
+    ``used`` booleans (a device holds a layer) with ``max_devices`` or when ``count_used``."""
     n, k = problem.n_layers, problem.n_devices
     serial = problem.options.comm == "serial"
     horizon = costs.horizon
@@ -156,12 +164,13 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
         for a, b in itertools.pairwise(cls):
             model.add(pos[a] < pos[b])
     used: list[IntVar] | None = None
-    if problem.options.max_devices is not None:
+    if problem.options.max_devices is not None or count_used:
         used = [model.new_bool_var(f"used[{d}]") for d in range(k)]
         for d in range(k):
             for v in range(n):
                 model.add_implication(x[v][d], used[d])
-        model.add(sum(used) <= problem.options.max_devices)
+        if problem.options.max_devices is not None:
+            model.add(sum(used) <= problem.options.max_devices)
 
     # -- constraints: compute, communication, memory ------------------------------------------------
     send_terms: list[list[tuple[int, IntVar]]] = [[] for _ in range(k)]

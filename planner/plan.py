@@ -1,10 +1,13 @@
 """A plan: ordered pipeline stages, each on one device, with predicted times and a certificate.
 
-Plans are versioned JSON (``format: pipeplan.plan``, ``version: 2``) so the executor, the service
+Plans are versioned JSON (``format: pipeplan.plan``, ``version: 3``) so the executor, the service
 and people can read them.  Version 2 added ``costmodel_digest``: ``costmodel`` is the spec the plan
 was made with (``analytic``, ``learned``, a shipped ``learned-NAME`` or a model file's path) and the
 digest is the SHA-256 of that model file, so that ``pipeplan run`` re-predicts with the very same
-model or says why it cannot.  Version 1 plans still load (with no digest).
+model or says why it cannot.  Version 3 moved how the ILP ran out of the certificate's free-form
+``details`` into a typed ``certificate.solver`` (:class:`SolverDetails`, documented in
+``docs/planner.md``).  Version 1 and 2 plans still load (no digest; the ILP's keys are read back
+from ``details``).
 
 Every planner builds its plan through :func:`planner.simulate.make_plan` so all plans are scored by
 the same rules.
@@ -22,11 +25,12 @@ from planner.problem import PlanError, PlanOptions
 if TYPE_CHECKING:
     from costmodel.graph import ModelGraph
 
-__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "Stage", "relative_gap", "source_of"]
+__all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "SolverDetails", "Stage", "relative_gap",
+           "source_of"]
 
 PLAN_FORMAT = "pipeplan.plan"
-PLAN_VERSION = 2
-_READABLE_VERSIONS = (1, 2)  # 1: before costmodel_digest
+PLAN_VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)  # 1: before costmodel_digest; 2: the ILP's details as untyped keys
 
 
 # Graph metadata that, with the graph's model, batch size and granularity, rebuilds the captured
@@ -53,12 +57,50 @@ def relative_gap(objective: float, bound: float) -> float:
 
 
 @dataclass
+class SolverDetails:
+    """How the ILP (:func:`planner.ilp.solve`) ran: what its certificate's numbers rest on."""
+
+    tick_seconds: float  # seconds per integer tick of the search (every cost term rounded down to ticks)
+    solution: str  # where the plan came from: "cp-sat", "stage program", "warm start (BASELINE)", and
+    # "; exact pass" / "; tie-break" when planner.ilp_exact replaced it
+    solver_status: str  # CP-SAT's status name, or "not run: …" when the stage program proved the plan
+    stage_bound: float | None = None  # seconds: the stage program's bound; None when it did not run
+    workers: int = 1  # CP-SAT threads
+    seed: int = 0
+    time_limit: float = 0.0  # seconds the solve was given
+    warm_start: str | None = None  # the baseline the solve started from; None for a cold start
+    ideals: int | None = None  # the stage program's ideals (sets of layers on the first stages)
+    stage_pairs: int | None = None  # its candidate stages
+    variables: int | None = None  # of the CP-SAT model; None when CP-SAT did not run
+    constraints: int | None = None
+    cp_sat_seconds: float | None = None  # CP-SAT's wall time in the main search
+    passes: list[str] = field(default_factory=list)  # planner.ilp_exact's passes, each with its outcome
+
+    _LEGACY = ("tick_seconds", "solution", "solver_status", "stage_bound", "workers", "seed", "time_limit",
+               "warm_start", "ideals", "stage_pairs", "variables", "constraints", "cp_sat_seconds")
+
+    @classmethod
+    def from_legacy(cls, details: dict[str, Any]) -> tuple[SolverDetails | None, dict[str, Any]]:
+        """Split a version-1/2 certificate's ``details`` into typed fields and what is left."""
+        if "tick_seconds" not in details:
+            return None, details
+        known = {key: details[key] for key in cls._LEGACY if key in details}
+        known.setdefault("solution", "cp-sat")
+        known.setdefault("solver_status", "unknown")
+        return cls(**known), {k: v for k, v in details.items() if k not in cls._LEGACY}
+
+
+@dataclass
 class Certificate:
     """How a plan was found and how good it is known to be.
 
-    ``status`` is the solver's (OPTIMAL, FEASIBLE) or, for a heuristic, ``HEURISTIC``; an exact
-    algorithm reports ``OPTIMAL``.  ``objective`` and ``best_bound`` are seconds; ``gap`` is
-    ``(objective − best_bound) / objective`` (0 for a proven optimum), ``None`` when unknown.
+    ``status`` is ``OPTIMAL`` (no valid plan is better in seconds, under the problem's cost model,
+    by more than ``planner.ilp_exact.EXACT_TOLERANCE`` = 10⁻⁵ relative; ``gap`` is then 0),
+    ``FEASIBLE`` (a valid plan, ``gap`` says how far from the bound it may be) or, for a heuristic,
+    ``HEURISTIC``; an exact algorithm reports ``OPTIMAL``.  ``objective`` and ``best_bound`` are
+    seconds, and ``best_bound`` never exceeds the objective of any valid plan; ``gap`` is
+    ``(objective − best_bound) / objective``, ``None`` when unknown.  ``solver`` says how the ILP
+    ran (None for other methods); ``details`` holds a method's free-form extras.
     """
 
     method: str
@@ -68,6 +110,23 @@ class Certificate:
     gap: float | None = None
     solve_time: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    solver: SolverDetails | None = None
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> Certificate:
+        """A certificate from plan JSON of any readable version."""
+        doc = dict(doc)
+        solver = doc.pop("solver", None)
+        details = doc.pop("details", None) or {}
+        if not isinstance(details, dict):
+            raise TypeError(f"'details' must be an object, got {type(details).__name__}")
+        if solver is None:
+            typed, details = SolverDetails.from_legacy(details)
+        elif isinstance(solver, dict):
+            typed = SolverDetails(**solver)
+        else:
+            raise TypeError(f"'solver' must be an object, got {type(solver).__name__}")
+        return cls(**doc, details=details, solver=typed)
 
 
 @dataclass
@@ -160,7 +219,7 @@ class Plan:
                 model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
                 options=PlanOptions(**doc["options"]),
                 stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
-                latency=float(doc["latency"]), certificate=Certificate(**doc["certificate"]),
+                latency=float(doc["latency"]), certificate=Certificate.from_dict(doc["certificate"]),
                 batch_size=int(doc.get("batch_size", 1)), source=source, costmodel_digest=digest,
             )
         except (KeyError, TypeError, ValueError) as exc:

@@ -12,6 +12,7 @@ finished microbatch m, so the makespan is Σₖ Tₖ + (M − 1)·maxₖ Tₖ (a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -20,7 +21,7 @@ import networkx as nx
 from planner.plan import Certificate, Plan, Stage, source_of
 from planner.problem import PlanError, Problem
 
-__all__ = ["Evaluation", "evaluate", "make_plan", "stage_times", "violation"]
+__all__ = ["Assignment", "Evaluation", "evaluate", "make_plan", "stage_times", "violation"]
 
 
 @dataclass
@@ -37,25 +38,43 @@ class Evaluation:
         return self.violation is None
 
 
-def _device_of(problem: Problem, assignment: Mapping[str, str] | Sequence[int]) -> list[int]:
+Assignment = Mapping[str, str] | Mapping[str, int] | Sequence[int] | Sequence[str]
+
+
+def _device_of(problem: Problem, assignment: Assignment) -> list[int]:
+    """Layer index → device index, from a mapping of layer names or a per-layer sequence (in
+    ``problem.layers`` order), either giving device ids (``"gpu0"``) or device indices."""
+    dev_index = {d: i for i, d in enumerate(problem.devices)}
+
+    def index_of(device: object, layer: str) -> int:
+        if isinstance(device, str):
+            if device not in dev_index:
+                raise PlanError(f"unknown device {device!r} for layer {layer!r}: cluster {problem.cluster.name!r} "
+                                f"has {', '.join(problem.devices)}")
+            return dev_index[device]
+        if isinstance(device, numbers.Integral) and not isinstance(device, bool):
+            d = int(device)  # numpy integers too
+            if 0 <= d < problem.n_devices:
+                return d
+        raise PlanError(f"layer {layer!r} is assigned {device!r}: give a device id "
+                        f"({', '.join(problem.devices)}) or an index below {problem.n_devices}")
+
     if isinstance(assignment, Mapping):
-        dev_index = {d: i for i, d in enumerate(problem.devices)}
         missing = [name for name in problem.layers if name not in assignment]
         if missing:
             raise PlanError(f"layer {missing[0]!r} is not assigned to any device"
                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        unknown = sorted({d for d in assignment.values() if d not in dev_index})
-        if unknown:
-            raise PlanError(f"unknown device {unknown[0]!r} in plan: cluster {problem.cluster.name!r} "
-                            f"has {', '.join(problem.devices)}")
         extra = sorted(set(assignment) - set(problem.index))
         if extra:
             raise PlanError(f"plan names layer {extra[0]!r}, which model {problem.graph.model!r} does not have")
-        return [dev_index[assignment[name]] for name in problem.layers]
-    dev_of = list(assignment)
-    if len(dev_of) != problem.n_layers or not all(0 <= d < problem.n_devices for d in dev_of):
-        raise PlanError("assignment must give a device index for every layer")
-    return dev_of
+        return [index_of(assignment[name], name) for name in problem.layers]
+    if isinstance(assignment, str) or not isinstance(assignment, Sequence):
+        raise PlanError(f"an assignment is a mapping layer → device or a sequence of one device per layer, "
+                        f"got {type(assignment).__name__}")
+    if len(assignment) != problem.n_layers:
+        raise PlanError(f"assignment must give a device for every layer: it gives {len(assignment)} for "
+                        f"{problem.n_layers} layers (one per layer, in problem.layers order)")
+    return [index_of(device, name) for device, name in zip(assignment, problem.layers, strict=True)]
 
 
 def stage_times(problem: Problem, dev_of: Sequence[int]) -> tuple[list[float], list[float], list[float]]:
@@ -104,13 +123,13 @@ def _order(problem: Problem, dev_of: Sequence[int], order: Sequence[str] | None)
     return used, None
 
 
-def violation(problem: Problem, assignment: Mapping[str, str] | Sequence[int],
+def violation(problem: Problem, assignment: Assignment,
               order: Sequence[str] | None = None) -> str | None:
     """The first reason the plan is invalid, or ``None``."""
     return evaluate(problem, assignment, order).violation
 
 
-def evaluate(problem: Problem, assignment: Mapping[str, str] | Sequence[int],
+def evaluate(problem: Problem, assignment: Assignment,
              order: Sequence[str] | None = None) -> Evaluation:
     """Score an assignment; a structurally impossible one raises :class:`PlanError`."""
     dev_of = _device_of(problem, assignment)
@@ -142,7 +161,7 @@ def evaluate(problem: Problem, assignment: Mapping[str, str] | Sequence[int],
     return Evaluation(seq, stages, bottleneck, latency, schedule, problem_found)
 
 
-def make_plan(problem: Problem, assignment: Mapping[str, str] | Sequence[int], certificate: Certificate,
+def make_plan(problem: Problem, assignment: Assignment, certificate: Certificate,
               order: Sequence[str] | None = None) -> Plan:
     """Build a :class:`Plan` scored by the simulator; an invalid assignment raises PlanError."""
     ev = evaluate(problem, assignment, order)

@@ -11,8 +11,9 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from planner.baselines import chain_dp
-from planner.ilp import SolverOptions, _devices, _interchangeable, solve
+from planner.ilp import SolverOptions, _interchangeable, solve
 from planner.ilp_bound import StageProgram, stage_bound
+from planner.ilp_exact import plan_devices as _devices
 from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
 from planner.problem import PlanOptions, Problem
@@ -132,7 +133,7 @@ def test_solve_returns_a_proven_plan_without_cp_sat() -> None:
     problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
     plan = solve(problem, EXACT)
     assert plan.certificate.status == "OPTIMAL" and plan.certificate.gap == pytest.approx(0.0, abs=1e-6)
-    assert plan.certificate.details["solver_status"].startswith("not run")
+    assert plan.certificate.solver.solver_status.startswith("not run")
     assert plan.bottleneck == pytest.approx(brute_force(problem), rel=REL)
 
 
@@ -145,7 +146,7 @@ def test_bound_gives_up_on_too_many_ideals(monkeypatch: pytest.MonkeyPatch) -> N
     assert stage_bound(problem, Ticks.of(problem), [[0, 1]], None) is None
     plan = solve(problem, EXACT)  # CP-SAT alone still proves it
     assert plan.certificate.status == "OPTIMAL"
-    assert "stage_bound" not in plan.certificate.details
+    assert plan.certificate.solver is not None and plan.certificate.solver.stage_bound is None
     assert plan.bottleneck == pytest.approx(0.004, rel=REL)
 
 
@@ -159,14 +160,17 @@ def test_layers_without_edges_are_placed_by_the_stage_program() -> None:
     assert solve(problem, EXACT).bottleneck == pytest.approx(0.005, rel=REL)
 
 
-def test_tick_tables_round_each_term() -> None:
+def test_tick_tables_round_each_term_down() -> None:
     g = graph_of([3_000_000, 5_000_000, 1_000_000], [(0, 1, 700_000), (0, 2, 1_300_000), (1, 2, 0)])
     bw = [[0.0, 1e9, 3e9], [1e9, 0.0, 2e9], [3e9, 2e9, 0.0]]
     problem = Problem(g, cluster_of([1.0, 2.0, 3.0], bw, latency=2e-5), ROOFLINE, PlanOptions(comm="serial"))
     costs = Ticks.of(problem)
     for u, a, b in itertools.product(range(3), repeat=3):
-        assert costs.transfer[u, a, b] == round(problem.transfer(u, a, b) * costs.scale)
-    assert costs.compute.tolist() == [[round(t * costs.scale) for t in row] for row in problem.time]
+        # down, so that a bound in ticks is a bound in seconds (planner.ilp_ticks)
+        exact = problem.transfer(u, a, b) * costs.scale
+        assert exact - 1 < costs.transfer[u, a, b] <= exact
+    for row, ticks in zip(problem.time, costs.compute.tolist(), strict=True):
+        assert all(t * costs.scale - 1 < tick <= t * costs.scale for t, tick in zip(row, ticks, strict=True))
 
 
 @pytest.mark.parametrize("comm", ["overlap", "serial"])
@@ -260,7 +264,8 @@ def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
     with pytest.raises(ValueError, match="refined"):  # the state must promise each stage's group
         program.run(held=program.limit)
     plan = solve(problem, EXACT)
-    assert plan.certificate.status == "OPTIMAL" and plan.certificate.details["solver_status"].startswith("not run")
+    assert plan.certificate.status == "OPTIMAL" and plan.certificate.solver is not None
+    assert plan.certificate.solver.solver_status.startswith("not run")
     assert plan.bottleneck == pytest.approx(brute_force(problem), rel=REL)
     # the stage of layers 0 and 1 sends once over the slow link and twice over a fast one
     assert plan.bottleneck == pytest.approx(0.0041 + 2 * 0.0006, rel=1e-3)

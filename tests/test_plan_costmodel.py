@@ -49,7 +49,7 @@ def test_plan_made_with_a_model_file_records_its_path_and_digest(tmp_path: Path)
                  "--time-limit", "5", "--out", str(out), cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     doc = json.loads(out.read_text())
-    assert doc["version"] == 2
+    assert doc["version"] == 3  # 3: the typed certificate.solver
     assert doc["costmodel"] == str(mine.resolve())  # absolute: `run` may start elsewhere
     assert doc["costmodel_digest"] == _sha(mine) != _sha(XEON)
     assert Plan.load(out).to_dict()["costmodel_digest"] == doc["costmodel_digest"]  # survives a round trip
