@@ -267,10 +267,10 @@ def run_case(name: str, graph: ModelGraph, cluster: Cluster, comm: CommMode, opt
     # it stops at the gap limit; recompute it from the objective and the best bound.
     bound = cert.best_bound if cert.best_bound is not None else 0.0
     result.gap = max(0.0, (cert.objective - bound) / cert.objective) if cert.objective > 0 else 0.0
-    source = str(cert.details.get("solution", ""))
+    source = cert.solver.solution if cert.solver else ""
     result.from_warm_start = source.startswith("warm start")
     result.from_program = source.startswith("stage program")
-    result.cp_sat_run = not str(cert.details.get("solver_status", "")).startswith("not run")
+    result.cp_sat_run = cert.solver is not None and not cert.solver.solver_status.startswith("not run")
     result.last_solution = trace.last_solution
     result.presolve = trace.search_start
     result.cp_sat = trace.walltime

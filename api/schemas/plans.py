@@ -71,6 +71,8 @@ class CertificateDoc(BaseModel):
     gap: float | None = None
     solve_time: float = 0.0
     details: dict[str, Any] = Field(default_factory=dict)
+    solver: dict[str, Any] | None = Field(None, description="how the ILP ran (planner.plan.SolverDetails; "
+                                          "docs/planner.md); null for baselines")
 
 
 class StageDoc(BaseModel):

@@ -21,6 +21,7 @@ def test_create_get_list_delete(client: httpx.Client) -> None:
     assert plan["model"] == "lifecycle" and plan["cluster"] == "hetero-a100-t4" and not plan["cached"]
     doc = plan["plan"]
     assert doc["format"] == "pipeplan.plan" and doc["certificate"]["method"] == "ilp"
+    assert doc["certificate"]["solver"]["tick_seconds"] > 0  # the typed solver details reach clients
     assert sorted(layer for s in doc["stages"] for layer in s["layers"]) == sorted(f"l{i}" for i in range(6))
 
     got = client.get(plan["url"])
