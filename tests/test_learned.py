@@ -27,8 +27,18 @@ def rows() -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def trained(rows) -> LearnedCostModel:
-    return LearnedCostModel.train(rows, seed=0)
+def training_rows(rows) -> list[dict]:
+    # Every other layer configuration (all its contention levels): fitting the Gaussian processes on
+    # the whole profile took 106 s of the suite's 10 minutes; half of it still holds out ~100
+    # configurations, and the assertions below are about the method, not the shipped figures
+    # (benchmarks/costmodel_accuracy.py tracks those).
+    kept = set(sorted({r["config"] for r in rows})[::2])
+    return [r for r in rows if r["config"] in kept]
+
+
+@pytest.fixture(scope="module")
+def trained(training_rows) -> LearnedCostModel:
+    return LearnedCostModel.train(training_rows, seed=0)
 
 
 def test_held_out_split_keeps_each_shape_on_one_side(rows) -> None:
@@ -188,12 +198,13 @@ def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, exp
     assert shipped_for().name == expected
 
 
-def test_coverage_counts_rows_and_held_out_configurations_per_kind(trained, rows) -> None:
+def test_coverage_counts_rows_and_held_out_configurations_per_kind(trained, training_rows) -> None:
+    rows = training_rows
     cover = trained.meta["coverage"]
     _, test = held_out_split(rows, seed=0)
     held = {rows[i]["config"] for i in test}
     attention = {r["config"] for r in rows if r["layer_kind"] == "attention"}
-    assert cover["by_kind"]["attention"] == {"rows": 560, "configs": len(attention),
+    assert cover["by_kind"]["attention"] == {"rows": 7 * len(attention), "configs": len(attention),
                                              "held_out_configs": len(attention & held)}
     assert sum(c["rows"] for c in cover["by_kind"].values()) == len(rows)
     # the shipped CPU profile has never timed a softmax, a residual add or a reduction on its own
