@@ -19,6 +19,7 @@ from torch import nn
 from costmodel.capture import capture
 from costmodel.graph import ModelGraph
 from costmodel.zoo.hf import HF_MODELS, build_hf
+from costmodel.zoo.llm import LLM_MODELS, build_llm, kv_bytes_per_token
 from costmodel.zoo.small import MLP, InceptionNet, ResCNN, TinyGPT
 
 __all__ = [
@@ -46,7 +47,7 @@ class BuiltModel:
 @dataclass(frozen=True)
 class ZooModel:
     name: str
-    family: str  # "builtin" or "transformers"
+    family: str  # "builtin" or "transformers" (the large ones built on the meta device: see zoo.llm)
     inputs: str  # "features", "image", "tokens"
     description: str
 
@@ -65,6 +66,7 @@ def list_models() -> list[ZooModel]:
     """Every model the zoo can build, small ones first."""
     models = [ZooModel(n, "builtin", inputs, desc) for n, (_, inputs, desc) in _SMALL.items()]
     models += [ZooModel(n, "transformers", spec[2], spec[3]) for n, spec in HF_MODELS.items()]
+    models += [ZooModel(n, "transformers", spec.inputs, spec.description) for n, spec in LLM_MODELS.items()]
     return models
 
 
@@ -82,9 +84,11 @@ def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
                 image_size: int | None = None, seed: int = 0) -> BuiltModel:
     """Build a zoo model with seeded random weights and an example input batch.
 
-    ``seq_len`` (token models, default 128 for transformers and 64 for tinygpt) and
-    ``image_size`` (image models, default 224 for transformers and 32 for small CNNs) shape the
-    example input; the same name, sizes and seed always give the same weights and input.
+    ``seq_len`` (token models, default 128 for transformers, 1024 for the LLMs, 512 for bert-large
+    and 64 for tinygpt) and ``image_size`` (image models, default 224 for transformers and 32 for
+    small CNNs) shape the example input; the same name, sizes and seed always give the same weights
+    and input.  The models of :mod:`costmodel.zoo.llm` (``llama-70b``, ``mixtral-8x7b`` …) are
+    built on the meta device: they capture and plan, but hold no weights and cannot run.
     """
     entry = get_model(name)
     if batch_size < 1:
@@ -94,6 +98,9 @@ def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
             raise ZooError(f"{label} must be at least 1, got {value}")
     generator = torch.Generator().manual_seed(seed)
     torch.manual_seed(seed)
+    if entry.name in LLM_MODELS:
+        llm, llm_args = build_llm(entry.name, batch_size, seq_len, image_size or 224)
+        return BuiltModel(entry.name, llm, llm_args)
     if entry.family == "transformers":
         hf_model, hf_args = build_hf(entry.name, batch_size, seq_len or 128, image_size or 224, generator)
         return BuiltModel(entry.name, hf_model, hf_args)
@@ -114,10 +121,23 @@ def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
 
 def capture_model(name: str, batch_size: int = 1, *, granularity: str = "leaf",
                   seq_len: int | None = None, image_size: int | None = None,
-                  seed: int = 0) -> ModelGraph:
-    """Build a zoo model and capture it as a :class:`ModelGraph`."""
+                  seed: int = 0, kv_context: int | None = None) -> ModelGraph:
+    """Build a zoo model and capture it as a :class:`ModelGraph`.
+
+    ``kv_context`` (decoders): serve with a KV cache of that many tokens per sequence; recorded in
+    ``meta`` with each layer's key and value bytes per token, for the planner's memory
+    (:mod:`costmodel.memory`).
+    """
+    if kv_context is not None and kv_context < 1:
+        raise ZooError(f"kv_context must be at least 1 token, got {kv_context}")
     built = build_model(name, batch_size, seq_len=seq_len, image_size=image_size, seed=seed)
     graph = capture(built.model, built.args, granularity=granularity, name=built.name)
     graph.meta.update({"zoo": built.name, "seed": seed, "seq_len": seq_len,
                        "image_size": image_size})
+    if kv_context is not None:
+        # What costmodel.memory needs to count a KV cache of kv_context tokens at any granularity.
+        per_token = kv_bytes_per_token(built.model, [layer.name for layer in graph.layers])
+        if not per_token:
+            raise ZooError(f"{built.name} has no key/value projections to cache: kv_context applies to decoders")
+        graph.meta.update({"kv_context": kv_context, "kv_bytes_per_token": per_token})
     return graph
