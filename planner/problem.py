@@ -14,8 +14,13 @@ Costs (seconds, per microbatch):
 - a stage's time is ``max(compute, receive, send)`` with ``comm="overlap"`` or their sum with
   ``comm="serial"`` (PipeDream; Tarnawski et al., NeurIPS 2020).
 
-Memory of a device: the parameters of its layers, plus their output activations for
-``in_flight`` microbatches, plus the largest workspace of one of its layers; it must stay under
+Memory of a device, as inference uses it (:mod:`costmodel.memory`): the weights of its layers and,
+when ``graph.meta["kv_context"]`` is set, their KV cache for ``in_flight`` microbatches; plus the
+peak live set of one microbatch (tensors alive from producer to last consumer, in the graph's
+order) and the boundary tensors of the other microbatches in flight.  Every planner reads it as
+``Σ param_bytes + in_flight · Σ act_bytes + max workspace`` over a device's layers; the terms come
+from :func:`costmodel.memory.planner_terms`, which bounds the liveness figure from above for every
+stage that is an interval of the graph's order.  It must stay under
 ``capacity · (1 − memory_margin)``.
 """
 
@@ -28,6 +33,7 @@ from typing import Literal
 from costmodel.analytic import RooflineModel
 from costmodel.base import CostModel
 from costmodel.graph import ModelGraph
+from costmodel.memory import LivenessError, planner_terms
 from planner.cluster import Cluster
 
 __all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem"]
@@ -94,9 +100,17 @@ class Problem:
         per_device = [self.costmodel.layer_times(layers, dev) for dev in self.cluster.devices]
         self.time: list[list[float]] = [list(row) for row in zip(*per_device, strict=True)]
         mem = [self.costmodel.layer_memory(layer) for layer in layers]
-        self.param_bytes = [m.params for m in mem]
-        self.act_bytes = [m.activations for m in mem]
-        self.workspace = [m.workspace for m in mem]
+        # Inference keeps a live set, not every layer's outputs for every microbatch in flight (which
+        # refused a 13B decoder as needing 206 GiB for 24 GiB of weights).  The planners' form stays
+        # "Σ params + in_flight · Σ activations + max workspace": planner_terms puts weights and KV
+        # cache in params, nothing in activations, and the live set plus in-flight boundaries in the
+        # per-layer workspace, whose max over a device bounds them (see costmodel.memory).
+        try:
+            terms = planner_terms(self.graph, mem, self.options.kept_microbatches,
+                                  self.graph.meta.get("kv_context"))
+        except LivenessError as exc:
+            raise PlanError(str(exc)) from None
+        self.param_bytes, self.act_bytes, self.workspace = terms.params, terms.activations, terms.workspace
         self.succ: list[list[int]] = [[self.index[s] for s in self.graph.successors(name)]
                                       for name in self.layers]
         self.edges: list[tuple[int, int]] = [(u, v) for u in range(n) for v in self.succ[u]]

@@ -114,10 +114,14 @@ def test_schedule_is_a_flow_shop(chain: Problem) -> None:
                            [(3.0, 7.0), (7.0, 11.0), (11.0, 15.0)]]
 
 
-def test_memory_counts_params_kept_activations_and_largest_workspace() -> None:
+def test_memory_counts_params_peak_live_set_and_boundaries_in_flight() -> None:
+    """Inference memory (costmodel.memory.planner_terms): weights 100 + 200, plus the peak live set of
+    one microbatch, 37 at b (a's 10-byte output still read, b's 20 out + 7 workspace), plus
+    2 · (in_flight − 1) boundary copies of the largest cut, a's 10 bytes."""
     graph = make_graph([("a", 1), ("b", 1)], [("a", "b", 1)], memory={"a": (100, 10, 5), "b": (200, 20, 7)})
-    assert evaluate(make_problem(graph, microbatches=4), {"a": "d0", "b": "d0"}).stages[0].memory == 427
-    assert evaluate(make_problem(graph, microbatches=4, in_flight=2), {"a": "d0", "b": "d0"}).stages[0].memory == 367
+    assert evaluate(make_problem(graph, microbatches=4), {"a": "d0", "b": "d0"}).stages[0].memory == 300 + 37 + 6 * 10
+    assert evaluate(make_problem(graph, microbatches=4, in_flight=2),
+                    {"a": "d0", "b": "d0"}).stages[0].memory == 300 + 37 + 2 * 10
 
 
 def test_valid_plan_has_no_violation(chain: Problem) -> None:

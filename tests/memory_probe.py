@@ -1,0 +1,61 @@
+"""Run in a child process by tests/test_memory_liveness.py: the predicted peak live set of one
+microbatch (costmodel.memory) against the RSS high-water mark of running the exported program.
+
+The child sets ``MALLOC_MMAP_THRESHOLD_`` (in its environment, before start) so that glibc serves
+every tensor from mmap and returns it on free: RSS then follows the live tensors.  Prints one line
+per model: ``name predicted measured`` in bytes.
+"""
+
+from __future__ import annotations
+
+import gc
+import sys
+
+import torch
+
+from costmodel.capture import capture_program
+from costmodel.memory import stage_memory
+from costmodel.zoo import build_model
+from costmodel.zoo.llm import LLM_MODELS, build_llm
+
+
+def _status(key: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key):
+                return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {key} in /proc/self/status")
+
+
+def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
+    if name in LLM_MODELS:  # one block of the real architecture, uninitialised memory (no init cost)
+        model, args = build_llm(name, batch, seq_len, num_layers=1)
+        model.to_empty(device="cpu")
+        args = tuple(torch.zeros(a.shape, dtype=a.dtype) for a in args)
+    else:
+        built = build_model(name, batch, seq_len=seq_len)
+        model, args = built.model, built.args
+    captured = capture_program(model, args, name=name)
+    graph = captured.graph
+    predicted = stage_memory(graph, [layer.name for layer in graph.layers]).peak_live
+    run = captured.program.module()  # what an executor stage runs: FX code frees each value after its last use
+    del model
+    with torch.no_grad():
+        run(*args)
+        run(*args)
+        gc.collect()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current RSS
+        base = _status("VmRSS:")
+        out = run(*args)
+        peak = _status("VmHWM:")
+    del out
+    return predicted, peak - base
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for spec in sys.argv[1:]:
+        name, batch, seq = spec.split(":")
+        predicted, measured = probe(name, int(batch), int(seq) or None)
+        print(name, predicted, measured, flush=True)
