@@ -243,9 +243,14 @@ def source_spec(model: str, batch_size: int, *, seq_len: int | None = None, imag
 
 
 def capture_source(model: str, batch_size: int = 1, *, granularity: str = "leaf", seq_len: int | None = None,
-                   image_size: int | None = None, seed: int = 0, dtype: str | None = None) -> Any:
+                   image_size: int | None = None, seed: int = 0, dtype: str | None = None,
+                   kv_context: int | None = None) -> Any:
     """Build MODEL (zoo name or factory) and capture it as a :class:`~costmodel.graph.ModelGraph`
     whose ``meta`` says how to rebuild it (what a plan's ``source`` records).
+
+    ``kv_context`` (decoders): the planner counts a KV cache of that many tokens per sequence in
+    each stage's memory (:mod:`costmodel.memory`); ``meta`` records it with the key and value bytes
+    per token of each layer, found from the model's ``k_proj``/``v_proj`` projections.
 
     >>> g = capture_source("mlp", 2, dtype="fp16")
     >>> g.meta["zoo"], g.meta["dtype"], g.inputs[0].dtype
@@ -258,4 +263,14 @@ def capture_source(model: str, batch_size: int = 1, *, granularity: str = "leaf"
     graph = capture(built.model, built.args, built.kwargs, granularity=granularity, name=built.name)
     graph.meta.update({k: v for k, v in source.items() if k != "batch_size"})
     graph.meta.setdefault("seed", seed)
+    if kv_context is not None:
+        from costmodel.zoo.llm import kv_bytes_per_token
+
+        if kv_context < 1:
+            raise ValueError(f"a KV cache context must be at least 1 token, got {kv_context}")
+        per_token = kv_bytes_per_token(built.model, [layer.name for layer in graph.layers])
+        if not per_token:
+            raise ValueError(f"{built.name} has no k_proj/v_proj projections to cache: a KV context applies to "
+                             "decoders")
+        graph.meta.update({"kv_context": kv_context, "kv_bytes_per_token": per_token})
     return graph

@@ -88,6 +88,9 @@ def check_model_name(text: str) -> None:
 
 def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cluster", required=True, metavar="SPEC", help="built-in name or YAML/JSON file")
+    p.add_argument("--kv-context", type=int, metavar="T",
+                   help="decoders: count a KV cache of T tokens per sequence, for every microbatch in flight, "
+                   "in each stage's memory")
     p.add_argument("--load", action="append", default=[], metavar="DEV=LEVEL",
                    help="override a device's current load, e.g. gpu1=2xmemory (repeatable)")
     p.add_argument("--objective", choices=("throughput", "latency"), default="throughput",
@@ -149,10 +152,17 @@ def _graph(args: argparse.Namespace) -> ModelGraph:
         if given:
             raise CliError(f"{text} is a graph file, captured with fixed shapes: {', '.join(given)} apply to zoo "
                            "models and factories only (capture it again with `pipeplan graph MODEL ... --json`)")
-        return ModelGraph.load(text)
+        graph = ModelGraph.load(text)
+        if getattr(args, "kv_context", None) is not None:
+            if not graph.meta.get("kv_bytes_per_token"):
+                raise CliError(f"{text} records no key/value bytes per token: plan the model itself with "
+                               "--kv-context, not its graph file")
+            graph.meta["kv_context"] = args.kv_context
+        return graph
     check_model_name(text)
+    # A KV context that makes no sense is a ValueError naming it, reported like any bad option.
     return capture_source(text, args.batch or 1, granularity=args.granularity, seq_len=args.seq_len,
-                          image_size=args.image_size, dtype=args.dtype)
+                          image_size=args.image_size, dtype=args.dtype, kv_context=getattr(args, "kv_context", None))
 
 
 def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
