@@ -161,6 +161,12 @@ def rebuild(plan: Plan, model: nn.Module | None = None, args: Sequence[Any] | No
         call_args = tuple(args) if isinstance(args, (tuple, list)) else (args,)
         call_kwargs = dict(kwargs or {})
         model.eval()
+    meta = next((name for name, t in (*model.named_parameters(), *model.named_buffers()) if t.is_meta), None)
+    if meta is not None:  # capture would succeed (it needs shapes only); the first stage would not
+        raise PlanMismatchError(
+            f"the plan's model {plan.model!r} is built on the meta device ({meta!r} has no data): the zoo's "
+            "LLM-scale models are for planning only, nothing can run them here; run a smaller configuration "
+            "of the same architecture from a factory (`pipeplan plan module:function`) to check a plan for real")
     try:
         captured = capture_program(model, call_args, call_kwargs,
                                    granularity=str(source.get("granularity", "leaf")),
