@@ -111,10 +111,10 @@ def run(kind: str, payload: dict[str, Any]) -> Any:
     raise ValueError(f"unknown task kind {kind!r}")
 
 
-def _models() -> list[dict[str, str]]:
+def _models() -> list[dict[str, Any]]:
     from costmodel.zoo import list_models
 
-    return [{"name": m.name, "family": m.family, "inputs": m.inputs, "description": m.description}
+    return [{"name": m.name, "family": m.family, "inputs": m.inputs, "description": m.description, "meta": m.meta}
             for m in list_models()]
 
 

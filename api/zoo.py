@@ -37,7 +37,11 @@ def activation_bytes(entry: dict[str, Any], batch: int, seq_len: int | None, ima
 
     >>> activation_bytes({"inputs": "image", "family": "builtin"}, 2, None, 64)
     (2097152, 'batch × image_size² × 64 channels × 4 bytes')
+    >>> activation_bytes({"inputs": "tokens", "family": "transformers", "meta": True}, 64, 32768, None)
+    (0, 'built on the meta device: a capture allocates no activations')
     """
+    if entry.get("meta"):  # LLM-scale models: shapes only, whatever the width
+        return 0, "built on the meta device: a capture allocates no activations"
     builtin = entry.get("family") == "builtin"
     if entry.get("inputs") == "image":
         side = image_size or (32 if builtin else 224)

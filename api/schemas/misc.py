@@ -20,6 +20,7 @@ class ZooModelPublic(BaseModel):
     family: str = Field(..., description="builtin or transformers")
     inputs: str = Field(..., description="features, image or tokens")
     description: str
+    meta: bool = Field(False, description="built on the meta device (LLM-scale): it can be planned, not run")
 
 
 class PredictRequest(Strict, TextChecked):

@@ -50,6 +50,7 @@ class ZooModel:
     family: str  # "builtin" or "transformers" (the large ones built on the meta device: see zoo.llm)
     inputs: str  # "features", "image", "tokens"
     description: str
+    meta: bool = False  # built on the meta device: shapes only, a capture allocates no activations
 
 
 # Small models: (class, input kind, description, input builder).
@@ -66,7 +67,8 @@ def list_models() -> list[ZooModel]:
     """Every model the zoo can build, small ones first."""
     models = [ZooModel(n, "builtin", inputs, desc) for n, (_, inputs, desc) in _SMALL.items()]
     models += [ZooModel(n, "transformers", spec[2], spec[3]) for n, spec in HF_MODELS.items()]
-    models += [ZooModel(n, "transformers", spec.inputs, spec.description) for n, spec in LLM_MODELS.items()]
+    models += [ZooModel(n, "transformers", spec.inputs, spec.description, meta=True)
+               for n, spec in LLM_MODELS.items()]
     return models
 
 
