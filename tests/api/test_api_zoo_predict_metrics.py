@@ -14,6 +14,8 @@ def test_zoo_model_is_captured_in_a_worker_once(client: httpx.Client, server: Se
         pytest.skip("capture does not touch the database; once (on SQLite) is enough")
     models = client.get("/v1/models").json()
     assert {"mlp", "tinygpt", "gpt2"} <= {m["name"] for m in models}
+    meta = {m["name"] for m in models if m["meta"]}
+    assert {"llama-7b", "llama-70b", "mixtral-8x7b"} <= meta and not meta & {"mlp", "tinygpt", "gpt2"}
     body = {"model": {"name": "MLP", "batch": 2}, "cluster": "local-cpu", "options": {"microbatches": 2}}
     made = client.post("/v1/plans", json=body)
     assert made.status_code == 201, made.text
