@@ -143,9 +143,9 @@ def targets_from_models(names: Sequence[str], gpu: int | None = None) -> list[Ta
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
-_RETAINED: list[bool] = []
 
 
+@functools.cache
 def retain_freed_memory() -> bool:
     """Make glibc's malloc keep freed activation buffers for reuse instead of handing them back to
     the OS (once per process; False where the C library is not glibc).
@@ -158,8 +158,6 @@ def retain_freed_memory() -> bool:
     memory the process keeps: freed blocks up to 32 MiB stay in its heap, and up to 1 GiB of free
     heap top is kept.
     """
-    if _RETAINED:
-        return _RETAINED[0]
     import ctypes
     import ctypes.util
 
@@ -171,7 +169,6 @@ def retain_freed_memory() -> bool:
             ok = bool(mallopt(_M_MMAP_THRESHOLD, 32 << 20)) and bool(mallopt(_M_TRIM_THRESHOLD, 1 << 30))
     except OSError:
         pass
-    _RETAINED.append(ok)
     return ok
 
 

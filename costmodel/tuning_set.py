@@ -18,6 +18,7 @@ Every entry is also a MODEL for ``pipeplan profile``: ``costmodel.tuning_set:opt
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 import time
@@ -249,15 +250,15 @@ def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]
     from costmodel.capture import capture_program
     from costmodel.dataset import contention_features, layer_features
     from costmodel.hardware import Contention, cpu_model
-    from costmodel.profile import ProfileSettings, measure_device
     from executor.profile_model import ModelProfileSettings, profile_built
 
-    device = _device(measure_device, ProfileSettings)
+    device = _core0()
     torch.manual_seed(0)
     model, args = entry.factory(**entry.options)
     model.eval()
     captured = capture_program(model, args, name=entry.name)
-    table = profile_built(model, args, name=entry.name, settings=ModelProfileSettings(seconds_per_level=seconds))
+    table = profile_built(model, args, name=entry.name, settings=ModelProfileSettings(seconds_per_level=seconds),
+                          captured=captured)
     by_name = {la.name: la for la in captured.graph.layers}
     idle = table.levels[0]
     stamp = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
@@ -273,13 +274,12 @@ def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]
         }
 
 
-_DEVICE: list[Any] = []
+@functools.cache
+def _core0() -> Any:
+    """Core 0 measured once per process: the rows of every entry share its figures."""
+    from costmodel.profile import ProfileSettings, measure_device
 
-
-def _device(measure: Callable[..., Any], settings: Callable[..., Any]) -> Any:
-    if not _DEVICE:  # one measurement of the core per process: the rows of every entry share it
-        _DEVICE.append(measure(settings(cores=[0])))
-    return _DEVICE[0]
+    return measure_device(ProfileSettings(cores=[0]))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -183,8 +183,11 @@ def quiet_median(samples: Sequence[float], blocks: int = BLOCKS) -> float:
 def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None, *,
                   name: str | None = None, granularity: str = "leaf",
                   settings: ModelProfileSettings | None = None, source: Mapping[str, Any] | None = None,
-                  progress: Progress | None = None) -> ModelProfile:
+                  progress: Progress | None = None, captured: CapturedProgram | None = None) -> ModelProfile:
     """Profile ``model`` called on ``args``/``kwargs`` under every level of ``settings``.
+
+    ``captured``: the caller's capture of this very model and inputs at ``granularity``, used instead
+    of exporting it again (a caller that needs the graph's layers as well captures once).
 
     >>> table = profile_built(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), (torch.randn(2, 8),),
     ...                       settings=ModelProfileSettings(min_passes=3, seconds_per_level=0.01))
@@ -194,7 +197,8 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     settings = settings or ModelProfileSettings()
     kwargs = dict(kwargs or {})
     model.eval()
-    captured = capture_program(model, args, kwargs, granularity=granularity, name=name)
+    if captured is None:
+        captured = capture_program(model, args, kwargs, granularity=granularity, name=name)
     chain = layer_chain(captured, model, args, kwargs)
     by_name = {la.name: la for la in captured.graph.layers}
     levels: list[LevelTimes] = []
