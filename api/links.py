@@ -11,11 +11,32 @@ make the service hand out links to a host of its choosing.  Without a public URL
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlencode
 
-__all__ = ["page_link"]
+from fastapi.responses import JSONResponse
+
+from api.errors import ApiError
+
+__all__ = ["check_time_zones", "page_link", "page_response"]
+
+
+def check_time_zones(**times: datetime | None) -> None:
+    """A list's time filters must say their zone: a naive time compares against UTC rows ambiguously."""
+    for name, value in times.items():
+        if value is not None and value.tzinfo is None:
+            raise ApiError(422, "give a time zone, e.g. 2026-11-22T10:00:00Z", ["query", name])
+
+
+def page_response(base: str | None, path: str, items: Sequence[Any], total: int, limit: int, offset: int,
+                  filters: dict[str, Any]) -> JSONResponse:
+    """One page of a list, with the link to the next page (same ``filters``) while there is one."""
+    following = None
+    if offset + len(items) < total:
+        following = page_link(base, path, {**filters, "limit": limit, "offset": offset + len(items)})
+    return JSONResponse({"items": list(items), "total": total, "limit": limit, "offset": offset, "next": following})
 
 
 def page_link(base: str | None, path: str, params: dict[str, Any]) -> str:

@@ -7,7 +7,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
 from api.models import GraphRow, JobRow, PlanRow, utcnow
@@ -88,10 +88,7 @@ def list_jobs(session: Session, *, status: str | None, kind: str | None, since: 
         query = query.where(JobRow.created_at >= since)
     if until is not None:
         query = query.where(JobRow.created_at < until)
-    total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
-    rows = session.execute(query.order_by(JobRow.created_at.desc(), JobRow.id.desc())
-                           .limit(limit).offset(offset)).scalars().all()
-    return list(rows), total
+    return _newest_page(session, query, JobRow, limit, offset)
 
 
 def list_plans(session: Session, *, model: str | None, cluster: str | None, since: datetime | None,
@@ -108,8 +105,14 @@ def list_plans(session: Session, *, model: str | None, cluster: str | None, sinc
         query = query.where(PlanRow.created_at < until)
     if reserved is not None:
         query = query.where(PlanRow.reserved == reserved)
+    return _newest_page(session, query, PlanRow, limit, offset)
+
+
+def _newest_page(session: Session, query: Select[Any], table: type[JobRow] | type[PlanRow], limit: int,
+                 offset: int) -> tuple[list[Any], int]:
+    """One page of ``query``'s rows, newest first (ties by id), and how many it matches in all."""
     total = session.execute(select(func.count()).select_from(query.subquery())).scalar_one()
-    rows = session.execute(query.order_by(PlanRow.created_at.desc(), PlanRow.id.desc())
+    rows = session.execute(query.order_by(table.created_at.desc(), table.id.desc())
                            .limit(limit).offset(offset)).scalars().all()
     return list(rows), total
 

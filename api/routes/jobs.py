@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
 from api.errors import ApiError
-from api.links import page_link
+from api.links import check_time_zones, page_response
 from api.models import ACTIVE, JobRow
 from api.schemas.jobs import JobList, JobPublic, JobStatus
 from api.store import job_summary, job_view, list_jobs
@@ -34,19 +34,13 @@ def get_jobs(services: ServicesDep,
              limit: Annotated[int, Query(ge=1, le=200)] = 50,
              offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> JSONResponse:
     """Jobs, newest first, filtered by state, kind and time, a page at a time."""
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            raise ApiError(422, "give a time zone, e.g. 2026-11-22T10:00:00Z", ["query", name])
+    check_time_zones(since=since, until=until)
     with services.db.read() as session:
         rows, total = list_jobs(session, status=status, kind=kind, since=since, until=until, limit=limit,
                                 offset=offset)
         items = [job_summary(row) for row in rows]
-    following = None
-    if offset + len(items) < total:
-        following = page_link(services.settings.public_url, "/v1/jobs",
-                              {"status": status, "kind": kind, "since": since, "until": until, "limit": limit,
-                               "offset": offset + len(items)})
-    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset, "next": following})
+    return page_response(services.settings.public_url, "/v1/jobs", items, total, limit, offset,
+                         {"status": status, "kind": kind, "since": since, "until": until})
 
 
 def _read(services: Services, job_id: str) -> dict[str, Any] | None:

@@ -15,7 +15,7 @@ from api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors
 from api.errors import ApiError
 from api.etags import tagged
 from api.idempotency import KEY_PATTERN
-from api.links import page_link
+from api.links import check_time_zones, page_response
 from api.models import JobRow, PlanRow, utcnow
 from api.planning import Answer
 from api.schemas.jobs import JobPublic
@@ -81,19 +81,13 @@ def get_plans(services: ServicesDep, request: Request,
               limit: Annotated[int, Query(ge=1, le=200)] = 50,
               offset: Annotated[int, Query(ge=0, le=10**9)] = 0) -> JSONResponse:
     """Plans, newest first, filtered by model, cluster and time, a page at a time."""
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            raise ApiError(422, "give a time zone, e.g. 2026-11-22T10:00:00Z", ["query", name])
+    check_time_zones(since=since, until=until)
     with services.db.read() as session:
         rows, total = list_plans(session, model=model, cluster=cluster, since=since, until=until,
                                  reserved=reserved, limit=limit, offset=offset)
         items = [plan_summary(row) for row in rows]
-    following = None
-    if offset + len(items) < total:
-        following = page_link(services.settings.public_url, "/v1/plans",
-                              {"model": model, "cluster": cluster, "since": since, "until": until,
-                               "reserved": reserved, "limit": limit, "offset": offset + len(items)})
-    return JSONResponse({"items": items, "total": total, "limit": limit, "offset": offset, "next": following})
+    return page_response(services.settings.public_url, "/v1/plans", items, total, limit, offset,
+                         {"model": model, "cluster": cluster, "since": since, "until": until, "reserved": reserved})
 
 
 @router.get("/{plan_id}", dependencies=[Reader], response_model=PlanPublic,

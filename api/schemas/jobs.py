@@ -14,7 +14,9 @@ __all__ = ["JobList", "JobPublic", "JobStatus", "JobSummary"]
 JobStatus = Literal["queued", "running", "done", "failed", "cancelled"]
 
 
-class JobPublic(BaseModel):
+class JobSummary(BaseModel):
+    """A job as ``GET /v1/jobs`` lists it: :class:`JobPublic` without a comparison's result."""
+
     id: str
     url: str
     kind: Literal["plan", "compare"]
@@ -29,25 +31,10 @@ class JobPublic(BaseModel):
     plan_id: str | None
     plan_url: str | None
     owner: str | None = Field(None, description="the owner of the token that made it")
+
+
+class JobPublic(JobSummary):
     result: ComparisonDoc | None = Field(None, description="a finished comparison")
-
-
-class JobSummary(BaseModel):
-    """A job as ``GET /v1/jobs`` lists it: :class:`JobPublic` without a comparison's result."""
-
-    id: str
-    url: str
-    kind: Literal["plan", "compare"]
-    status: JobStatus
-    created_at: datetime
-    started_at: datetime | None
-    finished_at: datetime | None
-    error: str | None
-    error_type: str | None
-    worker_pid: int | None
-    plan_id: str | None
-    plan_url: str | None
-    owner: str | None = Field(None, description="the owner of the token that made it")
 
 
 class JobList(BaseModel):
