@@ -31,10 +31,10 @@ _EXPORTS = {
     "TensorInfo": "costmodel.graph",
     "Contention": "costmodel.hardware",
     "Device": "costmodel.hardware",
-    "ZooError": "costmodel.zoo",
-    "build_model": "costmodel.zoo",
-    "capture_model": "costmodel.zoo",
-    "list_models": "costmodel.zoo",
+    "ZooError": "costmodel.zoo.catalogue",
+    "build_model": "costmodel.zoo.build",
+    "capture_model": "costmodel.zoo.build",
+    "list_models": "costmodel.zoo.catalogue",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -19,6 +19,24 @@ def test_names_are_listed_and_case_insensitive() -> None:
     assert get_model("GPT2").name == "gpt2"
 
 
+def test_every_catalogue_entry_has_a_builder() -> None:
+    from costmodel.zoo.build import _SMALL
+    from costmodel.zoo.hf import HF_MODELS
+    from costmodel.zoo.llm import LLM_MODELS
+
+    catalogue = {m.family + ("/meta" if m.meta else ""): set() for m in list_models()}
+    for m in list_models():
+        catalogue[m.family + ("/meta" if m.meta else "")].add(m.name)
+    assert catalogue == {"builtin": set(_SMALL), "transformers": set(HF_MODELS), "transformers/meta": set(LLM_MODELS)}
+
+
+def test_listing_the_zoo_does_not_import_torch() -> None:
+    code = ("import sys; from costmodel.zoo import get_model, list_models; "
+            "print(len(list_models()), get_model('gpt2').inputs, 'torch' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.split() == [str(len(list_models())), "tokens", "False"]
+
+
 def test_unknown_name_lists_the_valid_ones() -> None:
     with pytest.raises(ZooError, match=r"unknown model 'gpt5'.*tinygpt"):
         build_model("gpt5")

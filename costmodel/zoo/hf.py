@@ -11,16 +11,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from costmodel.zoo.catalogue import get_model
+
 __all__ = ["HF_MODELS", "build_hf"]
 
-# name -> (config class, model class, input kind, description)
-HF_MODELS: dict[str, tuple[str, str, str, str]] = {
-    "gpt2": ("GPT2Config", "GPT2LMHeadModel", "tokens", "GPT-2 small (124M), LM head"),
-    "bert-base": ("BertConfig", "BertModel", "tokens", "BERT base (110M), encoder"),
-    "vit-base": ("ViTConfig", "ViTForImageClassification", "image", "ViT-B/16 (86M), 224×224"),
-    "resnet-50": ("ResNetConfig", "ResNetForImageClassification", "image", "ResNet-50 (25.6M)"),
-    "convnext-tiny": ("ConvNextConfig", "ConvNextForImageClassification", "image",
-                      "ConvNeXt-T (28.6M)"),
+# name -> (config class, model class); input kinds and descriptions are in the catalogue.
+HF_MODELS: dict[str, tuple[str, str]] = {
+    "gpt2": ("GPT2Config", "GPT2LMHeadModel"),
+    "bert-base": ("BertConfig", "BertModel"),
+    "vit-base": ("ViTConfig", "ViTForImageClassification"),
+    "resnet-50": ("ResNetConfig", "ResNetForImageClassification"),
+    "convnext-tiny": ("ConvNextConfig", "ConvNextForImageClassification"),
 }
 
 
@@ -76,7 +77,8 @@ def build_hf(name: str, batch_size: int, seq_len: int, image_size: int,
         raise ImportError(
             f"model {name!r} needs the 'transformers' package: pip install 'pipeplan[models]'"
         ) from exc
-    config_cls, model_cls, inputs, _ = HF_MODELS[name]
+    config_cls, model_cls = HF_MODELS[name]
+    inputs = get_model(name).inputs
     kwargs: dict[str, Any] = {}
     if inputs == "image":
         kwargs["num_labels"] = 1000  # ImageNet head, as published (configs default to 2)

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from costmodel.zoo.catalogue import get_model
 from costmodel.zoo.hf import _first_output
 
 __all__ = ["LLM_MODELS", "LLMSpec", "build_llm"]
@@ -34,9 +35,7 @@ __all__ = ["LLM_MODELS", "LLMSpec", "build_llm"]
 @dataclass(frozen=True)
 class LLMSpec:
     config: str  # transformers config class
-    model: str  # transformers model class
-    inputs: str  # "tokens" or "image"
-    description: str
+    model: str  # transformers model class (input kind and description: the catalogue's)
     hyper: dict[str, Any] = field(default_factory=dict)  # config keywords: the published architecture
     dtype: torch.dtype = torch.bfloat16  # what the model is served in
     layers_key: str = "num_hidden_layers"
@@ -45,35 +44,28 @@ class LLMSpec:
 _LLAMA2 = {"vocab_size": 32000, "max_position_embeddings": 4096, "rms_norm_eps": 1e-5}
 
 LLM_MODELS: dict[str, LLMSpec] = {
-    "llama-7b": LLMSpec("LlamaConfig", "LlamaForCausalLM", "tokens",
-                        "Llama-2 7B (6.7B), 32 layers, MHA, bf16, meta device",
+    "llama-7b": LLMSpec("LlamaConfig", "LlamaForCausalLM",
                         {**_LLAMA2, "hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32,
                          "num_attention_heads": 32, "num_key_value_heads": 32}),
-    "llama-13b": LLMSpec("LlamaConfig", "LlamaForCausalLM", "tokens",
-                         "Llama-2 13B (13.0B), 40 layers, MHA, bf16, meta device",
+    "llama-13b": LLMSpec("LlamaConfig", "LlamaForCausalLM",
                          {**_LLAMA2, "hidden_size": 5120, "intermediate_size": 13824, "num_hidden_layers": 40,
                           "num_attention_heads": 40, "num_key_value_heads": 40}),
-    "llama-70b": LLMSpec("LlamaConfig", "LlamaForCausalLM", "tokens",
-                         "Llama-2 70B (69B), 80 layers, GQA 64/8 heads, bf16, meta device",
+    "llama-70b": LLMSpec("LlamaConfig", "LlamaForCausalLM",
                          {**_LLAMA2, "hidden_size": 8192, "intermediate_size": 28672, "num_hidden_layers": 80,
                           "num_attention_heads": 64, "num_key_value_heads": 8}),
-    "llama3-8b": LLMSpec("LlamaConfig", "LlamaForCausalLM", "tokens",
-                         "Llama-3 8B (8.0B), 32 layers, GQA 32/8 heads, bf16, meta device",
+    "llama3-8b": LLMSpec("LlamaConfig", "LlamaForCausalLM",
                          {"vocab_size": 128256, "max_position_embeddings": 8192, "rms_norm_eps": 1e-5,
                           "rope_theta": 500000.0, "hidden_size": 4096, "intermediate_size": 14336,
                           "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8}),
-    "mixtral-8x7b": LLMSpec("MixtralConfig", "MixtralForCausalLM", "tokens",
-                            "Mixtral 8x7B (46.7B), MoE 8 experts top-2, GQA 32/8, bf16, meta device",
+    "mixtral-8x7b": LLMSpec("MixtralConfig", "MixtralForCausalLM",
                             {"vocab_size": 32000, "max_position_embeddings": 32768, "rms_norm_eps": 1e-5,
                              "hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
                              "num_attention_heads": 32, "num_key_value_heads": 8, "num_local_experts": 8,
                              "num_experts_per_tok": 2, "rope_theta": 1e6}),
-    "bert-large": LLMSpec("BertConfig", "BertModel", "tokens",
-                          "BERT large (335M), 24-layer encoder, fp16, meta device",
+    "bert-large": LLMSpec("BertConfig", "BertModel",
                           {"hidden_size": 1024, "num_hidden_layers": 24, "num_attention_heads": 16,
                            "intermediate_size": 4096}, torch.float16),
-    "vit-huge": LLMSpec("ViTConfig", "ViTForImageClassification", "image",
-                        "ViT-H/14 (632M), 32-layer encoder, fp16, meta device",
+    "vit-huge": LLMSpec("ViTConfig", "ViTForImageClassification",
                         {"hidden_size": 1280, "num_hidden_layers": 32, "num_attention_heads": 16,
                          "intermediate_size": 5120, "patch_size": 14, "num_labels": 1000}, torch.float16),
 }
@@ -106,7 +98,8 @@ def build_llm(name: str, batch_size: int, seq_len: int | None = None, image_size
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
         hyper[spec.layers_key] = num_layers
-    if spec.inputs == "image":
+    inputs = get_model(name).inputs
+    if inputs == "image":
         hyper["image_size"] = image_size
     config = getattr(transformers, spec.config)(**hyper)
     # Whole-sequence inference (a prompt's prefill): no KV cache object in the traced graph.  The
@@ -117,7 +110,7 @@ def build_llm(name: str, batch_size: int, seq_len: int | None = None, image_size
         model = getattr(transformers, spec.model)(config)
     model.to(torch_dtype).eval()
     seq = seq_len or default_seq_len(name)
-    if spec.inputs == "tokens":
+    if inputs == "tokens":
         # Token ids do not change FLOPs or bytes; zeros are valid ids for every vocabulary.
         x = torch.zeros(batch_size, seq, dtype=torch.long, device=device)
     else:
