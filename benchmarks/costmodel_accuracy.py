@@ -25,9 +25,17 @@ from rich.table import Table
 
 from costmodel.analytic import RooflineModel
 from costmodel.dataset import contention_from_row, read_dataset
+from costmodel.estimators import (
+    Fitted,
+    encode,
+    fit_estimators,
+    held_out_split,
+    operators,
+    predict_log_time,
+    vocabulary_of,
+)
 from costmodel.graph import Layer
 from costmodel.hardware import Device
-from costmodel.learned import Fitted, encode, fit_estimators, held_out_split, operators, predict_log_time, vocabulary_of
 from costmodel.registry import SHIPPED
 
 

@@ -18,12 +18,11 @@ judge the model.  Every evaluation also carries a bootstrap interval over its co
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from costmodel.learned import Fitted
+from costmodel.estimators import Fitted, encode, operators, predict_log_time
 
 __all__ = ["MIN_HELD_OUT_CONFIGS", "WORK_KINDS", "coverage", "error_figures", "evaluate_split", "judgement",
            "mape_interval"]
@@ -53,8 +52,6 @@ def _by(key: str, rows: Sequence[dict[str, Any]], measured: np.ndarray,
 def evaluate_split(fitted: Fitted, vocabulary: dict[str, list[str]],
                    test_rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Error figures of ``main`` and ``linear`` on ``test_rows`` (shapes not trained on)."""
-    from costmodel.learned import encode, operators, predict_log_time
-
     x, ops = encode(test_rows, vocabulary), operators(test_rows)
     measured = np.array([float(r["time_s"]) for r in test_rows])
     out: dict[str, Any] = {"test_rows": len(test_rows), "test_configs": len({r["config"] for r in test_rows})}

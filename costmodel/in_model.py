@@ -28,6 +28,9 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.dataset import NUMERIC
+from costmodel.estimators import encode, vocabulary_of
+
 __all__ = ["BOUNDS", "InModelCorrection", "family", "family_cross_validation", "whole_model_errors"]
 
 # log10 bounds of the correction: 1/30× to 4× the sweep. Downward it must reach far: the sweep
@@ -59,8 +62,6 @@ class InModelCorrection:
         """Fit on in-model ``rows`` given the sweep model's log10 predictions of them."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
-        from costmodel.learned import vocabulary_of
-
         if len(rows) != len(sweep_log):
             raise ValueError(f"{len(rows)} in-model rows for {len(sweep_log)} sweep predictions")
         if not rows:
@@ -86,9 +87,6 @@ EXCLUDED = ("log_batch", "input_rank", "log_last_dim", "log_outer_numel", "log_m
 
 
 def _inputs(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]], sweep_log: np.ndarray) -> np.ndarray:
-    from costmodel.dataset import NUMERIC
-    from costmodel.learned import encode
-
     x = encode(rows, vocabulary)
     keep = [i for i, name in enumerate(NUMERIC) if name not in EXCLUDED] + list(range(len(NUMERIC), x.shape[1]))
     return np.column_stack([x[:, keep], sweep_log])

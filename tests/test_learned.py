@@ -14,8 +14,9 @@ import pytest
 
 from costmodel.analytic import RooflineModel
 from costmodel.dataset import read_dataset
+from costmodel.estimators import held_out_split
 from costmodel.hardware import Contention, Device, cpu_model, cpu_name
-from costmodel.learned import LearnedCostModel, ModelFileError, held_out_split
+from costmodel.learned import LearnedCostModel, ModelFileError
 from costmodel.registry import SHIPPED, SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model, shipped_for
 from costmodel.zoo import capture_model
 from planner.cluster import load_cluster
