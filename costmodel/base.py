@@ -59,6 +59,22 @@ class CostModel(ABC):
         """:meth:`layer_time` of each of ``layers``; a model that predicts in batches overrides it."""
         return [self.layer_time(layer, device, load) for layer in layers]
 
+    def stage_overhead(self, device: Device, load: Contention | None = None) -> float:
+        """Seconds a pipeline stage on ``device`` pays once per microbatch, whatever its layers.
+
+        0 unless a model says otherwise. On a time-sliced GPU a stage waits for other contexts'
+        slices once per pass it launches and synchronises (:mod:`costmodel.timeslice`): a cost
+        that no split of a stage's layers changes, so it is not in any :meth:`layer_time`.
+        """
+        return 0.0
+
+    def stage_time(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> float:
+        """Seconds of one microbatch through a stage of ``layers`` on ``device``: their
+        :meth:`layer_times` and the :meth:`stage_overhead` once (0 for no layers)."""
+        if not layers:
+            return 0.0
+        return sum(self.layer_times(layers, device, load)) + self.stage_overhead(device, load)
+
     def predict(self, layer: Layer, device: Device, contention: Contention | None = None) -> float:
         """Alias of :meth:`layer_time` with the name the design documents use."""
         return self.layer_time(layer, device, contention)

@@ -98,12 +98,28 @@ def contention_features(load: Contention) -> dict[str, Any]:
 
 
 def contention_from_row(row: dict[str, Any]) -> Contention:
-    """The :class:`Contention` a row was measured under."""
+    """The :class:`Contention` a row was measured under.
+
+    Co-runners' duty has no column of its own (adding one would make every profile written before
+    unreadable); the ``contention`` text, :meth:`Contention.describe`'s, carries it (``50%compute``).
+
+    >>> row = contention_features(Contention.parse("2x25%memory"))
+    >>> contention_from_row(row).describe()
+    '2×25%memory'
+    """
     if row["contention_kind"] == "none":
         return Contention()
     if row["contention_kind"] == "utilization":
-        return Contention(utilization=float(row["utilization"]))
-    return Contention(corunners=int(row["corunners"]), kind=row["contention_kind"])
+        return Contention(utilization=float(row["utilization"]))  # the column is exact; the text is rounded
+    load = Contention(corunners=int(row["corunners"]), kind=row["contention_kind"])
+    try:
+        written = Contention.parse(str(row["contention"]))
+    except ValueError as exc:
+        raise ValueError(f"a profile row's contention column is unreadable: {exc}") from None
+    if (written.corunners, written.kind) != (load.corunners, load.kind):
+        raise ValueError(f"a profile row's contention {row['contention']!r} disagrees with its columns "
+                         f"corunners={load.corunners} and contention_kind={load.kind!r}")
+    return load.model_copy(update={"duty": written.duty})
 
 
 def _first_shape(input_shapes: str) -> list[int]:

@@ -1,25 +1,32 @@
 """An analytic GPU cost model: what a forward pass launched from Python really waits for.
 
 Eager PyTorch on a GPU runs two things at once: the host launches kernels (Python, the dispatcher,
-the launch itself) and the GPU runs them as they arrive. For each layer the model has
+the launch itself) and the GPU runs them as they arrive. What a layer launches is read from its
+operators by :mod:`costmodel.gpu_kernels`: kernels (views, ``getitem`` and inference dropout launch
+none; a reshape of a transposed tensor, or a permuted view reaching a layer norm or a matrix
+product, adds a copy), dispatcher-only operators, and copy bytes. For each layer the model has
 
-- a **host time** ``h = host_module·[leaf module] + host_kernel·kernels + host_view·(ops −
-  kernels)`` (functional glue pays no module call; views and metadata ops launch nothing but still
-  go through the dispatcher), and
+- a **host time** ``h = host_module·[leaf module] + host_container·[module calls entered] +
+  host_kernel·kernels + host_view·dispatches`` (functional glue pays no module call; a block's or
+  an attention module's own forward is paid when the first layer inside it starts), and
 - a **device time** ``g = kernel_time·kernels + max(FLOPs / (peak[dtype] · e_kind · r),
-  bytes / (bandwidth · e_mem))``, where ``peak[dtype]`` is the datasheet peak of the arithmetic
-  the layer runs on (CUDA cores for fp32, tensor cores for TF32, bf16 and fp16; torch's defaults
-  put fp32 matmuls on CUDA cores and fp32 convolutions on TF32 tensor cores), ``e_kind`` the
-  efficiency achieved by the operator kind, ``r = F / (F + flops_half)`` the ramp of small
-  kernels that cannot fill the GPU, and ``e_mem`` one efficiency for elementwise operators and
-  activations and another for the rest (normalisations, pooling, embeddings).
+  bytes / (bandwidth · e_mem)) + copy bytes / (bandwidth · e_memory)``, where ``peak[dtype]`` is
+  the datasheet peak of the arithmetic the layer runs on (CUDA cores for fp32, tensor cores for
+  TF32, bf16 and fp16; torch's defaults put fp32 matmuls on CUDA cores and fp32 convolutions on
+  TF32 tensor cores; channels that do not tile a tensor core, such as an RGB input, fall back to
+  CUDA cores), ``e_kind`` the efficiency achieved by the operator kind, ``r = F / (F + flops_half)``
+  the ramp of small kernels that cannot fill the GPU, and ``e_mem`` one efficiency for elementwise
+  operators and activations and another for the rest (normalisations, pooling, embeddings). A
+  depthwise convolution has no matrix to tile: its FLOPs cost ``FLOPs × dtype bytes / L1
+  bandwidth`` (an input and a weight loaded per multiply-add), from the datasheet, not fitted.
 
 Layers run through a queue: the GPU starts a layer once the host has launched it and the previous
 layer is done, so a pass takes ``F_L`` where ``F_l = max(F_{l-1}, H_l) + g_l`` and ``H_l`` is the
 host's cumulative launch time. A launch-bound model (small batch) is priced by its host time, a
 large one by its device time, and a mixed one by both, which a sum of per-layer maxima would
-overestimate. :meth:`GpuCostModel.layer_times` returns the increments ``F_l − F_{l−1}``, so that
-they add up to the pass time (what CUDA events around each layer measure, too).
+overestimate. :meth:`GpuCostModel.layer_times` returns the increments ``F_l − F_{l−1}`` (what CUDA
+events around each layer measure, too); a pass adds ``host_pass`` and the slice waits once,
+:meth:`GpuCostModel.stage_overhead`, which the planner charges once per stage.
 
 Contention follows :mod:`costmodel.timeslice`: other contexts stretch the device time and the pass
 waits for their slices once. The constants are fitted on an H100 (``costmodel/data/gpu/``, see
@@ -37,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from costmodel.base import CostModel
+from costmodel.gpu_kernels import grouped_conv, launches, strided_into, tensor_core_ready
 from costmodel.gpu_specs import Dtype, dtype_bytes, recognise
 from costmodel.graph import Layer
 from costmodel.hardware import Contention, Device
@@ -68,6 +76,7 @@ class GpuParams:
     eff_elementwise: float = 0.9  # elementwise operators and activations stream at nearly full bandwidth
     kernel_time: float = 3e-6  # GPU time of one kernel however small (launch latency, tail)
     host_module: float = 1e-5  # one nn.Module call from Python
+    host_container: float = 1e-5  # one call of a module that holds others (a block's forward)
     host_kernel: float = 8e-6  # one operator through the dispatcher, and its launch
     host_view: float = 2e-6  # one view or metadata operator (no kernel)
     host_pass: float = 5e-5  # entering the model, the final synchronise and returning
@@ -113,6 +122,22 @@ def load_params(path: str | Path = DEFAULT_PARAMS_PATH) -> GpuParams:
     return _load(str(Path(path).resolve()))
 
 
+def containers(name: str) -> set[str]:
+    """The module paths whose forward runs around a layer's: every proper prefix of its module
+    path, except lists (a prefix followed by an index, ``h`` in ``h.0``: ModuleList has no forward;
+    a Sequential's one call is missed). Functional layers (``block.attn:add``) sit in their owner.
+
+    >>> sorted(containers("transformer.h.0.attn.c_attn"))
+    ['transformer', 'transformer.h.0', 'transformer.h.0.attn']
+    >>> sorted(containers("blocks.1.attn:split_1"))
+    ['blocks.1', 'blocks.1.attn']
+    """
+    owner, functional, _ = name.partition(":")
+    parts = owner.split(".")
+    keep = parts if functional else parts[:-1]
+    return {".".join(parts[:i]) for i in range(1, len(keep) + 1) if i == len(parts) or not parts[i].isdigit()}
+
+
 class GpuCostModel(CostModel):
     """Host/device queue model of eager PyTorch on a GPU, with time-sliced sharing.
 
@@ -146,41 +171,69 @@ class GpuCostModel(CostModel):
 
     # -- the pieces ---------------------------------------------------------------------------
 
-    def _peaks(self, device: Device, kind: str) -> tuple[float, float]:
-        """(FLOP/s, bytes/s) of the arithmetic a layer of ``kind`` runs on, on ``device``."""
+    def _rates(self, device: Device, layer: Layer) -> tuple[float, float, float]:
+        """(FLOP/s, DRAM bytes/s, L1 bytes/s) of the units ``layer`` runs on, on ``device``."""
         spec = recognise(device.type)
         if spec is None:
             if device.type not in self._warned:
                 self._warned.add(device.type)
                 log.warning("GPU type %r is not one pipeplan knows: using its peak_flops for every dtype",
                             device.type)
-            return device.peak_flops, device.mem_bandwidth
+            # L1 moves half a byte per FLOP of the fp32 peak (128 B and 256 FLOP per SM clock)
+            return device.peak_flops, device.mem_bandwidth, device.peak_flops / 2
         dtype: str = self.dtype
+        kind = layer.kind
         if dtype == "fp32" and ((kind in _MATMUL_KINDS and self.tf32_matmul) or (kind == "conv" and self.tf32_conv)):
             dtype = "tf32"
         if kind not in _MATMUL_KINDS and kind != "conv" and dtype == "tf32":
             dtype = "fp32"
-        return spec.peak(dtype), spec.mem_bandwidth
+        if (kind in _MATMUL_KINDS or kind == "conv") and dtype != "fp32" and not tensor_core_ready(layer, dtype):
+            dtype = "fp32"  # channels that do not tile a tensor core's fragment: CUDA cores
+        return spec.peak(dtype), spec.mem_bandwidth, spec.l1_bandwidth
 
-    def host_time(self, layer: Layer) -> float:
-        """Seconds the host spends launching ``layer``."""
+    def host_time(self, layer: Layer, strided_input: bool = False) -> float:
+        """Seconds the host spends launching ``layer`` (``strided_input``: see
+        :func:`costmodel.gpu_kernels.launches`)."""
         p = self.params
+        launch = launches(layer, strided_input)
         module = p.host_module if layer.module_type != "functional" else 0.0
-        return module + p.host_kernel * layer.kernels + p.host_view * max(0, len(layer.ops) - layer.kernels)
+        return module + p.host_kernel * launch.kernels + p.host_view * launch.dispatches
 
-    def device_time(self, layer: Layer, device: Device) -> float:
+    def device_time(self, layer: Layer, device: Device, strided_input: bool = False) -> float:
         """Seconds the GPU spends on ``layer`` alone, idle."""
-        if layer.kind in _NO_KERNEL_KINDS:
-            return 0.0
         p = self.params
-        flop_rate, byte_rate = self._peaks(device, layer.kind)
-        eff = {"linear": p.eff_linear, "conv": p.eff_conv, "attention": p.eff_attention}.get(layer.kind, p.eff_other)
+        launch = launches(layer, strided_input)
+        flop_rate, byte_rate, l1_rate = self._rates(device, layer)
+        scale = dtype_bytes(self.dtype) / 4  # graphs are captured in fp32
+        copies = launch.copy_bytes * scale / (byte_rate * p.eff_memory)
+        if layer.kind in _NO_KERNEL_KINDS:
+            return p.kernel_time * launch.kernels + copies
         compute = 0.0
-        if layer.flops:
+        if grouped_conv(layer):  # a direct kernel: an input and a weight loaded per multiply-add
+            compute = layer.flops * dtype_bytes(self.dtype) / l1_rate
+        elif layer.flops:
+            eff = {"linear": p.eff_linear, "conv": p.eff_conv, "attention": p.eff_attention}.get(layer.kind,
+                                                                                               p.eff_other)
             compute = layer.flops / (flop_rate * eff * layer.flops / (layer.flops + p.flops_half))
-        traffic = (layer.bytes_read + layer.bytes_written) * dtype_bytes(self.dtype) / 4
+        traffic = (layer.bytes_read + layer.bytes_written) * scale
         eff_mem = p.eff_elementwise if layer.kind in _STREAMING_KINDS else p.eff_memory
-        return p.kernel_time * layer.kernels + max(compute, traffic / (byte_rate * eff_mem))
+        return p.kernel_time * launch.kernels + max(compute, traffic / (byte_rate * eff_mem)) + copies
+
+    def costs(self, layers: Sequence[Layer], device: Device) -> list[tuple[float, float]]:
+        """(host, idle device) seconds of each layer in order: a layer that receives a transposed
+        or permuted view from the one before pays the copy that makes it contiguous, and the first
+        layer inside a module that holds others pays that module's call (:func:`containers`)."""
+        out: list[tuple[float, float]] = []
+        previous: Layer | None = None
+        entered: set[str] = set()
+        for layer in layers:
+            strided = strided_into(previous, layer)
+            calls = containers(layer.name) - entered
+            entered |= calls
+            host = self.host_time(layer, strided) + self.params.host_container * len(calls)
+            out.append((host, self.device_time(layer, device, strided)))
+            previous = layer
+        return out
 
     # -- CostModel ----------------------------------------------------------------------------
 
@@ -190,25 +243,27 @@ class GpuCostModel(CostModel):
         return max(self.host_time(layer), self.device_time(layer, device) * (1.0 + share.stretch))
 
     def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
-        """Each layer's share of one pass over ``layers`` in order: increments of the queue's
-        completion time, the pass's own costs (entry, sync, slice waits) spread in proportion, so
-        that the times add up to :meth:`pass_time`."""
+        """Each layer's share of one pass over ``layers`` in order: the increments of the queue's
+        completion time. The pass's own costs (entering it, the final synchronise, the slice
+        waits) are not in them: a stage pays those once, :meth:`stage_overhead`."""
         load = load if load is not None else device.load
-        share = sharing(load, self.params.sharing)
-        host, done = self.params.host_pass, 0.0
+        stretch = 1.0 + sharing(load, self.params.sharing).stretch
+        host, done = 0.0, 0.0
         increments = []
-        for layer in layers:
-            host += self.host_time(layer)
-            finish = max(done, host) + self.device_time(layer, device) * (1.0 + share.stretch)
+        for host_s, device_s in self.costs(layers, device):
+            host += host_s
+            finish = max(done, host) + device_s * stretch
             increments.append(finish - done)
             done = finish
-        total = sum(increments)
-        if not total:
-            return increments
-        scale = (total + share.wait) / total
-        return [t * scale for t in increments]
+        return increments
+
+    def stage_overhead(self, device: Device, load: Contention | None = None) -> float:
+        """Once per pass a stage launches: entering it, synchronising at its end, and waiting for
+        other contexts' time slices (:func:`costmodel.timeslice.sharing`)."""
+        load = load if load is not None else device.load
+        return self.params.host_pass + sharing(load, self.params.sharing).wait
 
     def pass_time(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> float:
         """Wall seconds of one forward over ``layers``, launched by one process and synchronised
         at its end: what a pipeline stage waits for."""
-        return sum(self.layer_times(layers, device, load))
+        return self.stage_time(layers, device, load)

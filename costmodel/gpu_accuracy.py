@@ -77,15 +77,15 @@ def module_spans(model: CostModel, graph: ModelGraph, device: Device, hook: floa
     """Each leaf module's predicted span between hook events, idle (see the module docstring)."""
     if not isinstance(model, GpuCostModel):
         return {la.name: model.layer_time(la, device, Contention()) for la in graph.layers}
-    host, done, spans = model.params.host_pass, 0.0, {}
-    for layer in graph.layers:
+    host, done, spans = 0.0, 0.0, {}
+    for layer, (host_s, device_s) in zip(graph.layers, model.costs(graph.layers, device), strict=True):
         leaf = layer.module_type != "functional"
         if leaf:
             host += hook
             begin = max(done, host)  # the pre-hook's event runs once queued and the GPU is free
             done = begin + event
-        host += model.host_time(layer)
-        done = max(done, host) + model.device_time(layer, device)
+        host += host_s
+        done = max(done, host) + device_s
         if leaf:
             host += hook
             done = max(done, host)  # the post-hook's event

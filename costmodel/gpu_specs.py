@@ -39,6 +39,7 @@ class GpuSpec(NamedTuple):
     bf16: float  # FLOP/s on tensor cores
     fp16: float  # FLOP/s on tensor cores
     mem_bandwidth: float  # bytes/s
+    l1_bandwidth: float  # bytes/s the SMs' L1 caches deliver: 128 B per clock per SM at the boost clock
 
     def peak(self, dtype: str) -> float:
         """FLOP/s of the dtype's arithmetic; ``ValueError`` for a dtype pipeplan does not model."""
@@ -49,13 +50,22 @@ class GpuSpec(NamedTuple):
 
 
 _GiB = 2**30
-# NVIDIA datasheets. The H100 SXM5 is what torch calls "NVIDIA H100 80GB HBM3".
+
+
+def _l1(sms: int, boost_hz: float) -> float:
+    """L1 load bandwidth: 128 bytes per clock per SM (Volta to Hopper), at the boost clock."""
+    return sms * 128 * boost_hz
+
+
+# NVIDIA datasheets (SM counts and boost clocks from the architecture whitepapers). The H100 SXM5
+# is what torch calls "NVIDIA H100 80GB HBM3".
 KNOWN_GPUS: tuple[GpuSpec, ...] = (
-    GpuSpec("H100-SXM", r"h100.*(hbm3|sxm)|h100-80gb$", 80 * _GiB, 67e12, 494.7e12, 989e12, 989e12, 3.35e12),
-    GpuSpec("H100-PCIe", r"h100.*pcie", 80 * _GiB, 51e12, 378e12, 756e12, 756e12, 2.0e12),
-    GpuSpec("H200", r"h200", 141 * _GiB, 67e12, 494.7e12, 989e12, 989e12, 4.8e12),
-    GpuSpec("A100-80GB", r"a100.*80", 80 * _GiB, 19.5e12, 156e12, 312e12, 312e12, 2.039e12),
-    GpuSpec("A100-40GB", r"a100", 40 * _GiB, 19.5e12, 156e12, 312e12, 312e12, 1.555e12),
+    GpuSpec("H100-SXM", r"h100.*(hbm3|sxm)|h100-80gb$", 80 * _GiB, 67e12, 494.7e12, 989e12, 989e12, 3.35e12,
+            _l1(132, 1.98e9)),
+    GpuSpec("H100-PCIe", r"h100.*pcie", 80 * _GiB, 51e12, 378e12, 756e12, 756e12, 2.0e12, _l1(114, 1.755e9)),
+    GpuSpec("H200", r"h200", 141 * _GiB, 67e12, 494.7e12, 989e12, 989e12, 4.8e12, _l1(132, 1.98e9)),
+    GpuSpec("A100-80GB", r"a100.*80", 80 * _GiB, 19.5e12, 156e12, 312e12, 312e12, 2.039e12, _l1(108, 1.41e9)),
+    GpuSpec("A100-40GB", r"a100", 40 * _GiB, 19.5e12, 156e12, 312e12, 312e12, 1.555e12, _l1(108, 1.41e9)),
 )
 
 

@@ -74,14 +74,18 @@ class Contention(BaseModel):
         ``"idle"`` or ``"0"``; ``"2xmemory"`` (two memory-bound co-runners); ``"1"`` (one
         compute-bound co-runner); ``"3xTenant"`` (three inference processes launching back to
         back); ``"50%compute"`` (one compute co-runner working half of the time; ``"2x50%memory"``
-        for two); ``"0.3"`` or ``"30%"`` (utilisation).
+        for two); ``"0.3"``, ``"30%"`` or ``"30% used"`` (utilisation). Whatever :meth:`describe`
+        writes reads back as the same load (a utilisation to the whole percent it shows).
 
         >>> Contention.parse("2xmemory").describe(), Contention.parse("30%").describe()
         ('2×memory', '30% used')
         >>> Contention.parse("3xTenant").kind, Contention.parse("50%compute").describe()
         ('tenant', '50%compute')
+        >>> Contention.parse("30% used") == Contention(utilization=0.3)
+        True
         """
         t = text.strip().lower().replace("×", "x")
+        t = re.sub(r"%\s*used$", "%", t)  # describe()'s form of a utilisation
         if t in ("idle", "0", "none"):
             return cls()
         try:
@@ -132,7 +136,8 @@ class Contention(BaseModel):
 
     def describe(self) -> str:
         if self.utilization is not None:
-            return f"{self.utilization:.0%} used"
+            # whole percents, and never "100%", which parse() refuses (a utilisation is below 1)
+            return f"{min(round(self.utilization * 100), 99)}% used"
         if self.corunners == 0:
             return "idle"
         if self.duty != 1.0:
