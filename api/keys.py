@@ -46,10 +46,15 @@ def digest_of(doc: Any) -> str:
     return digest_text(canonical(doc))
 
 
-def zoo_key(name: str, batch: int, granularity: str, seq_len: int | None, image_size: int | None) -> str:
-    """The key of a zoo capture: the same name and sizes always give the same graph (seeded)."""
-    return digest_of({"v": KEY_VERSION, "zoo": name.strip().lower(), "batch": batch,
-                      "granularity": granularity, "seq_len": seq_len, "image_size": image_size})
+def zoo_key(name: str, batch: int, granularity: str, seq_len: int | None, image_size: int | None,
+            kv_context: int | None = None) -> str:
+    """The key of a zoo capture: the same name and sizes (and KV context) always give the same graph
+    (seeded).  ``kv_context`` counts only when set, so the keys of captures without one stay as they were."""
+    doc = {"v": KEY_VERSION, "zoo": name.strip().lower(), "batch": batch, "granularity": granularity,
+           "seq_len": seq_len, "image_size": image_size}
+    if kv_context is not None:
+        doc["kv_context"] = kv_context
+    return digest_of(doc)
 
 
 def request_key(kind: str, graph: str, cluster: str, costmodel: str, options: dict[str, Any],

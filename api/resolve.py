@@ -113,9 +113,9 @@ class Resolver:
         else:
             assert isinstance(body.model, ZooModelRef) and zoo_name is not None
             m = body.model
-            zk = zoo_key(zoo_name, m.batch, m.granularity, m.seq_len, m.image_size)
+            zk = zoo_key(zoo_name, m.batch, m.granularity, m.seq_len, m.image_size, m.kv_context)
             zoo = {"name": zoo_name, "batch": m.batch, "granularity": m.granularity, "seq_len": m.seq_len,
-                   "image_size": m.image_size}
+                   "image_size": m.image_size, "kv_context": m.kv_context}
             digest = zoo_digest(session, zk)
             if digest is None:  # never captured: the job captures it first
                 capture = self.settings.capture_timeout

@@ -128,7 +128,7 @@ def _graph(payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
 
     zoo = payload["zoo"]
     graph = capture_model(zoo["name"], zoo["batch"], granularity=zoo["granularity"],
-                          seq_len=zoo["seq_len"], image_size=zoo["image_size"])
+                          seq_len=zoo["seq_len"], image_size=zoo["image_size"], kv_context=zoo.get("kv_context"))
     doc = graph.to_dict()
     stored = {"digest": digest_of(doc), "doc": canonical(doc), "model": graph.model, "layers": len(graph),
               "edges": graph.nx.number_of_edges()}

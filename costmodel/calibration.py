@@ -159,6 +159,10 @@ class CalibratedCostModel(CostModel):
         f = self.factor(device, load)
         return [t * f for t in self.base.layer_times(layers, device, load)]
 
+    def stage_overhead(self, device: Device, load: Contention | None = None) -> float:
+        # the factor was measured on whole stages (base.stage_time), overhead included
+        return self.base.stage_overhead(device, load) * self.factor(device, load)
+
     def layer_memory(self, layer: Layer) -> LayerMemory:
         return self.base.layer_memory(layer)
 

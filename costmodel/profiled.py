@@ -156,6 +156,10 @@ class ProfiledCostModel(CostModel):
     def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
         return self.layer_times([layer], device, load)[0]
 
+    def stage_overhead(self, device: Device, load: Contention | None = None) -> float:
+        # a profiled device's layer times were taken inside whole passes: nothing more to add
+        return 0.0 if self.covers(device) else self.fallback.stage_overhead(device, load)
+
     def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
         load = load if load is not None else device.load
         if not self.covers(device):

@@ -61,8 +61,8 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
     spec = model.spec or model.name
     if not setup.options.costmodel and spec != plan.costmodel:
         notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
-    times = [sum(model.layer_times([graph[name] for name in stage.layers],
-                                   cluster.device(stage.device).with_load(loads[stage.device])))
+    times = [model.stage_time([graph[name] for name in stage.layers],
+                              cluster.device(stage.device).with_load(loads[stage.device]))
              for stage in plan.stages]
     return times, spec, notes
 
@@ -104,7 +104,7 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, report: RunReport)
     cluster = Cluster.from_dict(setup.cluster)
     loads = _loads(setup)
     devices = [cluster.device(stage.device).with_load(loads[stage.device]) for stage in plan.stages]
-    predicted = [sum(base.layer_times([graph[name] for name in stage.layers], d)) for stage, d in
+    predicted = [base.stage_time([graph[name] for name in stage.layers], d) for stage, d in
                  zip(plan.stages, devices, strict=True)]
     measured = [s.measured["compute"] for s in report.stages]
     store = CalibrationStore()

@@ -40,7 +40,8 @@ examples:
 
 MODEL is a zoo name (see `pipeplan models`), a graph saved with --json, or your own model's factory:
 'package.module:function' or 'file.py:function', called with batch_size= (and seq_len=,
-image_size= when given), returning (module, args) or (module, args, kwargs).
+image_size= when given), returning (module, args) or (module, args, kwargs); or table:FILE, a cost
+table of measured times (a chain of its rows, or its edges; docs/planner.md), planned with those times.
 SPEC is a built-in cluster name (see `pipeplan cluster --list`) or a YAML/JSON file.
 """
 
@@ -57,8 +58,8 @@ def _console() -> Console:
     return console if console.is_terminal else Console(width=150)
 
 
-_MODEL_HELP = ("zoo name, graph JSON file, or your own model's factory 'package.module:function' or "
-               "'file.py:function' (returns (module, example inputs))")
+_MODEL_HELP = ("zoo name, graph JSON file, your own model's factory 'package.module:function' or "
+               "'file.py:function' (returns (module, example inputs)), or table:FILE (a cost table's layers)")
 
 
 def add_model_args(p: argparse.ArgumentParser, model_help: str = _MODEL_HELP, optional: bool = False) -> None:
@@ -100,7 +101,19 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--microbatches", type=int, default=4, metavar="M", help="microbatches per batch (4)")
     p.add_argument("--min-throughput", type=float, metavar="X",
                    help="with --objective latency: at least X samples/s of throughput")
-    p.add_argument("--max-devices", type=int, metavar="N", help="use at most N devices")
+    p.add_argument("--max-devices", "--max-stages", type=int, metavar="N", dest="max_devices",
+                   help="use at most N devices, so at most N stages (one stage per device)")
+    p.add_argument("--pin", action="append", default=[], metavar="LAYERS=DEVICE",
+                   help="run LAYERS (a layer name or a glob such as 'blocks.1*') on DEVICE (a device id, or a "
+                   "device type: any device of it); repeatable, every pin holds")
+    p.add_argument("--keep-together", action="append", default=[], metavar="L1,L2,...",
+                   help="put these layers (names or globs, comma-separated: 'blocks.0.*' alone is a group) on one "
+                   "device; repeatable")
+    p.add_argument("--forbid", action="append", default=[], metavar="DEVICE",
+                   help="use no layer on DEVICE (an id or a device type); repeatable")
+    p.add_argument("--transfer", choices=("per-device", "per-edge"), default="per-device",
+                   help="a layer's output is sent once per receiving device (default), or once per consumer "
+                   "layer on another device")
     p.add_argument("--memory-margin", type=float, default=0.1, metavar="F",
                    help="share of each device's memory left free (0.1)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
@@ -126,6 +139,8 @@ def _cost_model(args: argparse.Namespace, graph: ModelGraph | None = None,
 
     if args.costmodel:
         return load_cost_model(args.costmodel)
+    if str(getattr(args, "model", "")).startswith(_TABLE):  # a model given as a cost table costs what it says
+        return load_cost_model(args.model)
     if graph is not None and cluster is not None:
         from costmodel.profiled import load_profiled, matching_profile
 
@@ -145,6 +160,8 @@ def _graph(args: argparse.Namespace) -> ModelGraph:
     from costmodel.source import capture_source
 
     text = args.model
+    if text.startswith(_TABLE):
+        return _table_graph(args)
     if text.endswith(".json") or Path(text).is_file():
         given = [flag for flag, value in (("--batch", args.batch), ("--seq-len", args.seq_len),
                                           ("--image-size", args.image_size), ("--dtype", args.dtype))
@@ -163,6 +180,22 @@ def _graph(args: argparse.Namespace) -> ModelGraph:
     # A KV context that makes no sense is a ValueError naming it, reported like any bad option.
     return capture_source(text, args.batch or 1, granularity=args.granularity, seq_len=args.seq_len,
                           image_size=args.image_size, dtype=args.dtype, kv_context=getattr(args, "kv_context", None))
+
+
+_TABLE = "table:"
+
+
+def _table_graph(args: argparse.Namespace) -> ModelGraph:
+    """MODEL ``table:FILE``: the chain (or the edges) a cost table describes, named after the file;
+    ``--batch`` says the samples per microbatch the times were measured with."""
+    from costmodel.table import load_table
+
+    given = [flag for flag, value in (("--seq-len", args.seq_len), ("--image-size", args.image_size),
+                                      ("--dtype", args.dtype), ("--kv-context", getattr(args, "kv_context", None)))
+             if value is not None]
+    if given:
+        raise CliError(f"{args.model} is a cost table, measured at fixed shapes: {', '.join(given)} do not apply")
+    return load_table(args.model).graph(model=Path(args.model.removeprefix(_TABLE)).stem, batch_size=args.batch or 1)
 
 
 def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
@@ -248,10 +281,20 @@ def _problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
 
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
                           min_throughput=args.min_throughput, max_devices=args.max_devices,
-                          memory_margin=args.memory_margin)
+                          memory_margin=args.memory_margin, transfer=args.transfer, pins=tuple(args.pin),
+                          keep_together=tuple(_layer_list(group) for group in args.keep_together),
+                          forbid_devices=tuple(args.forbid))
     graph, cluster = _graph(args), _cluster(args.cluster, args.load)
     problem = Problem(graph, cluster, _cost_model(args, graph, cluster), options)
     return problem, SolverOptions(time_limit=args.time_limit, workers=args.workers, seed=args.seed)
+
+
+def _layer_list(text: str) -> tuple[str, ...]:
+    """``--keep-together a,b*,c``: the names and globs (one glob may name the whole group)."""
+    names = tuple(name.strip() for name in text.split(","))
+    if not all(names):
+        raise CliError(f"--keep-together {text!r}: an empty name; give layer names or globs separated by commas")
+    return names
 
 
 def cmd_plan(args: argparse.Namespace) -> None:

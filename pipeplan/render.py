@@ -81,8 +81,8 @@ def device_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) ->
     # the whole model on one device: each distinct weight once (tied weights are shared)
     need = graph.total_param_bytes + sum(model.layer_memory(lay).activations for lay in graph.layers)
     for d in cluster.devices:
-        idle = sum(model.layer_times(graph.layers, d, Contention()))
-        now = sum(model.layer_times(graph.layers, d))
+        idle = model.stage_time(graph.layers, d, Contention())
+        now = model.stage_time(graph.layers, d)
         bound = sum(1 for lay in graph.layers if lay.flops / d.peak_flops >=
                     (lay.bytes_read + lay.bytes_written) / d.mem_bandwidth and lay.flops > 0)
         table.add_row(d.id, d.type, d.load.describe(), format_seconds(idle), format_seconds(now),

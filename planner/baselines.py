@@ -1,10 +1,14 @@
 """Baseline partitioners: the splits that pipeline libraries make without a solver.
 
 Each one cuts the layers' topological order (``problem.layers``) into at most K contiguous chunks,
-K = ``options.max_devices`` or the cluster size, and puts chunk i on device i in cluster order;
-empty chunks are dropped.  Contiguous chunks of a topological order are convex and their stage
-graph is acyclic, so a baseline's plan is a valid pipeline unless a device runs out of memory.
-Every plan is scored by :func:`planner.simulate.make_plan`, by the same rules as the ILP's.
+K = ``options.max_devices`` or the number of usable devices (those ``forbid_devices`` leaves), and
+puts chunk i on the i-th usable device in cluster order; empty chunks are dropped.  Contiguous
+chunks of a topological order are convex and their stage graph is acyclic, so a baseline's plan is
+a valid pipeline unless a device runs out of memory or it breaks a pin or a keep-together group:
+every plan is scored by :func:`planner.simulate.make_plan`, by the same rules as the ILP's, which
+rejects it then with a :class:`PlanError` naming the constraint.  Only ``chain-dp`` plans around
+the constraints: it gives a chunk a device only when the pins allow it (a device may then stay
+empty), and never cuts a group.
 
 >>> sorted(BASELINES)
 ['chain-dp', 'param-balanced', 'time-balanced', 'uniform']
@@ -89,7 +93,8 @@ def chain_dp(problem: Problem) -> Plan:
         bottleneck, bounds = _solve(costs, n)
         if bottleneck == _INF:
             raise PlanError(f"chain-dp: no split of the {n} layers into at most {k} contiguous chunks on "
-                            f"{', '.join(problem.devices[:k])} fits in memory")
+                            f"{', '.join(problem.devices[d] for d in _lanes(problem)[:k])} fits in memory"
+                            + (" and the constraints" if problem.placement.restricted else ""))
         if bottleneck > cap:
             if found:  # the pessimistic estimate misses the floor; the optimistic split stands
                 break
@@ -137,17 +142,22 @@ def best_baseline(problem: Problem) -> Plan:
     return min(plans, key=lambda plan: plan.objective_value)
 
 
+def _lanes(problem: Problem) -> list[int]:
+    """The devices chunks go to, in order: every device some layer may use."""
+    return problem.placement.usable
+
+
 def _chunk_count(problem: Problem) -> int:
-    return min(problem.options.max_devices or problem.n_devices, problem.n_layers)
+    return min(problem.options.max_devices or problem.n_devices, len(_lanes(problem)), problem.n_layers)
 
 
 def _finish(problem: Problem, bounds: Bounds, method: str, status: str, start: float) -> Plan:
     """Score the chunks on devices 0, 1, ... and fill in the certificate."""
-    chunks = len(bounds) - 1
-    dev_of = [c for c in range(chunks) for _ in range(bounds[c], bounds[c + 1])]
+    chunks, lanes = len(bounds) - 1, _lanes(problem)
+    dev_of = [lanes[c] for c in range(chunks) for _ in range(bounds[c], bounds[c + 1])]
     cert = Certificate(method=method, status=status, objective=0.0,
                        details={"chunk_sizes": [bounds[c + 1] - bounds[c] for c in range(chunks)]})
-    plan = make_plan(problem, dev_of, cert, order=problem.devices[:chunks])
+    plan = make_plan(problem, dev_of, cert, order=[problem.devices[d] for d in lanes[:chunks]])
     cert.objective = plan.objective_value
     cert.best_bound = cert.objective if status == "OPTIMAL" else problem.objective_lower_bound()
     cert.gap = relative_gap(cert.objective, cert.best_bound)
@@ -156,10 +166,19 @@ def _finish(problem: Problem, bounds: Bounds, method: str, status: str, start: f
 
 
 def _exact_case(problem: Problem) -> bool:
-    """A chain over interchangeable devices: every valid plan is a contiguous split in this order."""
+    """A chain over interchangeable devices: every valid plan is a contiguous split in this order.
+    Not with pins, which tell the usable devices apart (groups only forbid cuts, which the DP keeps)."""
+    if not _exact_pins(problem):
+        return False
     same_time = all(math.isclose(t, row[0], rel_tol=1e-12, abs_tol=0.0) for row in problem.time for t in row)
     links = {(link.bandwidth, link.latency) for _, _, link in problem.cluster.links()}
     return problem.graph.is_chain and same_time and len(links) <= 1 and len(set(problem.capacity)) == 1
+
+
+def _exact_pins(problem: Problem) -> bool:
+    """Whether every layer may use every usable device (no pin tells them apart)."""
+    lanes = frozenset(_lanes(problem))
+    return all(allowed == lanes for allowed in problem.placement.allowed)
 
 
 def _sums(weights: np.ndarray) -> Matrix:
@@ -233,10 +252,15 @@ def _chunk_costs(problem: Problem, k: int, pessimistic: bool) -> list[Matrix]:
         np.zeros(0, np.int64),) * 5
     costs: list[Matrix] = []
 
-    def link(a: int, d: int) -> np.ndarray:  # each layer's output from a to d; nothing off the ends
-        return np.array([problem.transfer(u, a, d) if 0 <= a < k and 0 <= d < k else 0.0 for u in range(n)])
+    lanes = _lanes(problem)
+    uncut = _uncut(problem)
+    pinned = not _exact_pins(problem)
 
-    for c in range(k):
+    def link(a: int, d: int) -> np.ndarray:  # each layer's output from chunk a to d; nothing off the ends
+        return np.array([problem.transfer(u, lanes[a], lanes[d]) if 0 <= a < k and 0 <= d < k else 0.0
+                         for u in range(n)])
+
+    for c, lane in enumerate(lanes[:k]):
         prev, nxt = link(c - 1, c)[layer], link(c, c + 1)[layer]
         if pessimistic:
             worst_in = np.max([link(a, c) for a in range(c)] or [np.zeros(n)], axis=0)[layer]
@@ -250,12 +274,27 @@ def _chunk_costs(problem: Problem, k: int, pessimistic: bool) -> list[Matrix]:
         send = np.zeros((n + 1, n + 1))
         np.add.at(send, (layer, b), t_out)
         recv, send = np.cumsum(recv, axis=1), np.cumsum(send[::-1], axis=0)[::-1]
-        compute = _sums(np.array([problem.time[v][c] for v in range(n)]))
+        compute = _sums(np.array([problem.time[v][lane] for v in range(n)]))
         cost = compute + recv + send if problem.options.comm == "serial" else np.maximum(
             np.maximum(compute, recv), send)
-        cost[memory > problem.capacity[c]] = _INF  # empty chunks are inf already, by their compute
+        cost[memory > problem.capacity[lane]] = _INF  # empty chunks are inf already, by their compute
+        # A chunk holding a layer the pins keep off this device, or cutting a group, is no chunk.
+        barred = np.concatenate(([0], np.cumsum([lane not in allowed for allowed in problem.placement.allowed])))
+        cost[(barred[None, :] - barred[:, None]) > 0] = _INF
+        cost[uncut, :] = _INF
+        cost[:, uncut] = _INF
+        if pinned:  # a device the pins leave nothing for in this order may stay empty
+            np.fill_diagonal(cost, 0.0)
         costs.append(cost)
     return costs
+
+
+def _uncut(problem: Problem) -> np.ndarray:
+    """The boundaries (0..n) a chunk may not start or end at: inside a group's span in the order."""
+    barred = np.zeros(problem.n_layers + 1, dtype=bool)
+    for members in problem.placement.groups:
+        barred[min(members) + 1:max(members) + 1] = True
+    return barred
 
 
 def _min_latency(costs: Sequence[Matrix], n: int, m: int, cap: float, fastest: Bounds, low: float) -> Bounds:

@@ -19,6 +19,12 @@ A solve has three steps; none changes what the optimum is:
 4. **Tie-break** (:mod:`planner.ilp_exact`): among plans of the optimal bottleneck, the one with
    the fewest devices, then the lowest latency.
 
+The user's constraints (pins, keep-together groups, forbidden devices; :mod:`planner.constraints`)
+and the per-edge transfer rule enter the CP-SAT model only (:mod:`planner.ilp_constraints`).  Steps
+1 and 2 stay as they are: the stage program bounds the unconstrained problem, which is still a bound
+since constraints only remove plans, and a plan of theirs is used only if the simulator finds it
+valid, so the warm start, the hint and ``B ≤`` the best known are always those of a valid plan.
+
 Seconds are scaled to integer ticks, about 2⁻³⁰ of the largest possible stage time, each term
 rounded down (:class:`planner.ilp_ticks.Ticks`), so every bound in ticks is a bound in seconds; the
 bound, the model and the scoring of warm starts share them.  Every solve reports status, objective,
@@ -40,8 +46,8 @@ from ortools.sat.python import cp_model
 
 from planner.baselines import best_baseline
 from planner.ilp_bound import StageBound, StageProgram
+from planner.ilp_constraints import build_constrained, split_classes
 from planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
-from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
 from planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from planner.problem import PlanError, Problem
@@ -148,7 +154,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     started = time.perf_counter()
     throughput = problem.options.objective == "throughput"
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = _interchangeable(problem)  # for the stage program, which ignores the constraints (a relaxation)
+    model_classes = split_classes(classes, problem.placement)  # for CP-SAT's symmetry breaking and hints
 
     # -- the best plan known before CP-SAT, and the stage program's bound ----------------------------
     baseline: Plan | None = None
@@ -226,7 +233,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         objective = plan.objective_value
         optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE
         if optimal and opts.tie_break and throughput and len(plan.stages) > 1 and limit().time_limit > 0:
-            better, note = tie_break(problem, plan, classes, limit())
+            better, note = tie_break(problem, plan, model_classes, limit())
             info.passes.append(note)
             if better is not plan:
                 plan, info.solution = better, info.solution + "; tie-break"
@@ -246,9 +253,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         return finish(incumbent, lower / costs.scale, origin(incumbent))
 
     # -- CP-SAT ------------------------------------------------------------------------------------------
-    built = build_model(problem, costs, classes, lower, reached)
+    built = build_constrained(problem, costs, model_classes, lower, reached)
     if incumbent is not None:
-        built.hint(problem, costs, classes, *plan_devices(problem, incumbent))
+        built.hint(problem, costs, model_classes, *plan_devices(problem, incumbent))
     solver = cp_model.CpSolver()
     spent = time.perf_counter() - started
     solver.parameters.max_time_in_seconds = max(opts.time_limit - spent, 0.1 * opts.time_limit)
@@ -264,9 +271,10 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
 
     # -- read the status -----------------------------------------------------------------------------------
     if status == cp_model.INFEASIBLE:
+        rules = " together with the pins, keep_together and forbid_devices" if problem.placement.restricted else ""
         raise PlanError(f"no plan of {problem.graph.model} fits on {problem.cluster.name!r}: every split "
-                        "breaks a device's memory capacity (or max_devices); add devices or memory, or "
-                        "lower the microbatches in flight")
+                        f"breaks a device's memory capacity (or max_devices){rules}; add devices or memory, "
+                        "lower the microbatches in flight, or relax the constraints")
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
     # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (planner.ilp_ticks).
     bound = solver.best_objective_bound / costs.scale if solved else 0.0

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from planner.ilp_model import build_model
+from planner.ilp_constraints import build_constrained
 from planner.ilp_ticks import Ticks
 from planner.plan import Certificate, Plan
 from planner.problem import Problem
@@ -66,12 +66,13 @@ def _solver(settings: Settings) -> cp_model.CpSolver:
 
 
 def tie_break(problem: Problem, plan: Plan, classes: list[list[int]], settings: Settings) -> tuple[Plan, str]:
-    """Among the plans whose bottleneck is no worse than ``plan``'s, one with the fewest devices,
-    then the lowest latency (found within the time limit), and what happened."""
+    """Among the plans whose bottleneck is no worse than ``plan``'s and that keep the problem's
+    constraints, one with the fewest devices, then the lowest latency (found within the time
+    limit), and what happened; ``classes`` as split by :func:`planner.ilp_constraints.split_classes`."""
     started = time.perf_counter()
     fine = Ticks.of(problem)  # the resolution leaves room for BIG (planner.ilp_ticks)
     k, m = problem.n_devices, problem.options.microbatches
-    built = build_model(problem, fine, classes, upper=fine.ceiling(plan.bottleneck), count_used=True)
+    built = build_constrained(problem, fine, classes, upper=fine.ceiling(plan.bottleneck), count_used=True)
     assert built.used is not None
     latency = sum(built.stage) + (m - 1) * built.bottleneck
     big = (k + m) * 3 * fine.horizon + 1  # more than any latency in ticks: devices come first

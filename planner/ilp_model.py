@@ -33,15 +33,16 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from ortools.sat.python import cp_model
 
 from planner.ilp_ticks import Ticks
 from planner.problem import Problem
 
-__all__ = ["Model", "build_model"]
+__all__ = ["EdgeCrossing", "Model", "build_model", "edge_crossings"]
 
 IntVar = cp_model.IntVar
 Crossing = tuple[IntVar, int, frozenset[int], frozenset[int]]  # y is 1 when u is on one of the sources
@@ -131,6 +132,38 @@ def _link_groups(costs: Ticks) -> tuple[list[list[list[int]]], list[list[list[in
             groups(lambda b, a: costs.transfer[:, a, b].tobytes()))
 
 
+class EdgeCrossing(NamedTuple):
+    """A boolean that is 1 when layer u's output crosses to its consumer v over links of one price."""
+
+    y: IntVar
+    cost: int  # ticks
+    sender: bool  # charged to the sending device's send time, else to the receiver's receive time
+    device: int  # the device charged
+    sources: frozenset[int]  # y is 1 when u is on one of these and v on one of the targets
+    targets: frozenset[int]
+
+
+def edge_crossings(model: cp_model.CpModel, x: list[list[IntVar]], table: list[list[list[int]]],
+                   links: tuple[list[list[list[int]]], list[list[list[int]]]], u: int, v: int,
+                   tag: str) -> Iterator[EdgeCrossing]:
+    """The crossings of edge (u, v), grouped by link (``links``: :func:`_link_groups`): u crosses
+    into b from some device of group g (all of whose links to b cost the same) exactly when v is on
+    b and u on g; likewise out of a into a group.  Variables are named ``{tag}r`` / ``{tag}s``."""
+    into, out_of = links
+    for b in range(len(into)):
+        for g in into[b]:
+            if cost := table[u][g[0]][b]:
+                y = model.new_bool_var(f"{tag}r[{u},{b},{g[0]}]")
+                model.add(y >= x[v][b] + sum(x[u][a] for a in g) - 1)
+                yield EdgeCrossing(y, cost, False, b, frozenset(g), frozenset([b]))
+    for a in range(len(out_of)):
+        for g in out_of[a]:
+            if cost := table[u][a][g[0]]:
+                y = model.new_bool_var(f"{tag}s[{u},{a},{g[0]}]")
+                model.add(y >= x[u][a] + sum(x[v][b] for b in g) - 1)
+                yield EdgeCrossing(y, cost, True, a, frozenset([a]), frozenset(g))
+
+
 def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower: int = 0, upper: int | None = None,
                 aggregate: bool = True, count_used: bool = False) -> Model:
     """The model of ``problem`` with ``lower ≤ B ≤ upper`` (both must be valid in ticks: ``lower``
@@ -183,23 +216,9 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
         if not succ or not costs.transfer[u].any():
             continue
         if aggregate and len(succ) == 1:
-            # One consumer v: u crosses into b from some device of group g (all of whose links to b
-            # cost the same) exactly when v is on b and u on g; likewise out of a into a group.
-            v = succ[0]
-            for b in range(k):
-                for g in into[b]:
-                    if cost := table[u][g[0]][b]:
-                        y = model.new_bool_var(f"yr[{u},{b},{g[0]}]")
-                        model.add(y >= x[v][b] + sum(x[u][a] for a in g) - 1)
-                        recv_terms[b].append((cost, y))
-                        crossings.append((y, u, frozenset(g), frozenset([b])))
-            for a in range(k):
-                for g in out_of[a]:
-                    if cost := table[u][a][g[0]]:
-                        y = model.new_bool_var(f"ys[{u},{a},{g[0]}]")
-                        model.add(y >= x[u][a] + sum(x[v][b] for b in g) - 1)
-                        send_terms[a].append((cost, y))
-                        crossings.append((y, u, frozenset([a]), frozenset(g)))
+            for c in edge_crossings(model, x, table, (into, out_of), u, succ[0], "y"):
+                (send_terms if c.sender else recv_terms)[c.device].append((c.cost, c.y))
+                crossings.append((c.y, u, c.sources, c.targets))
             continue
         if aggregate:
             # q[b]: some consumer of u is on b, so each crossing needs one clause, not one per consumer

@@ -74,8 +74,10 @@ class Ticks:
         seconds[~sends] = 0.0
         seconds[:, np.arange(k), np.arange(k)] = 0.0
         # The same sum, term by term, as the model has always used, so the scale does not move.
+        # (transfer="per-edge" sends an output once per consumer, so it counts them)
+        sent = [len(problem.succ[u]) if problem.options.transfer == "per-edge" else 1 for u in range(n)]
         worst = sum(max(row) for row in problem.time) + sum(
-            float(seconds[u].max()) for u in range(n) if problem.succ[u]) * (2 if serial else 1)
+            float(seconds[u].max()) * sent[u] for u in range(n) if problem.succ[u]) * (2 if serial else 1)
         scale = (resolution or resolution_for(problem)) / worst if worst > 0 else 1.0
         times = np.asarray(problem.time, dtype=np.float64).reshape(n, k)
         compute = np.floor(times * scale * _SHRINK).astype(np.int64)
@@ -99,7 +101,7 @@ class Ticks:
         compute = np.bincount(dev, weights=self.compute[np.arange(len(dev)), dev], minlength=k)
         recv, send = np.zeros(k), np.zeros(k)
         for u, a in enumerate(dev_of):
-            for b in {dev_of[v] for v in problem.succ[u]} - {a}:
+            for b in problem.receivers(u, dev_of):
                 recv[b] += self.transfer[u, a, b]
                 send[a] += self.transfer[u, a, b]
         return compute.astype(np.int64), recv.astype(np.int64), send.astype(np.int64)

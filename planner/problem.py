@@ -7,10 +7,15 @@ is the time of one microbatch through it.
 Costs (seconds, per microbatch):
 
 - ``time[v][d]``: layer ``v`` on device ``d`` under that device's current load (the cost model);
+- ``stage_overhead[d]``: what a stage on ``d`` pays once per microbatch whatever its layers
+  (:meth:`costmodel.base.CostModel.stage_overhead`: a shared GPU's time-slice waits), added to the
+  stage's compute by the simulator;
 - ``transfer(u, a, b)``: layer ``u``'s output sent from device ``a`` to ``b`` — the link's latency
   plus ``out_bytes(u) / bandwidth``, where ``out_bytes(u)`` is the largest tensor ``u`` hands to any
-  consumer: a layer's output crosses to each consuming device once, however many layers there
-  read it;
+  consumer.  With ``transfer="per-device"`` (the default) a layer's output crosses to each consuming
+  device once, however many layers there read it; with ``transfer="per-edge"`` it is sent once per
+  consumer on another device (a runtime that sends a tensor per consuming op), so a plan never
+  costs less under ``per-edge``, and every bound of the default rule holds for it;
 - a stage's time is ``max(compute, receive, send)`` with ``comm="overlap"`` or their sum with
   ``comm="serial"`` (PipeDream; Tarnawski et al., NeurIPS 2020).
 
@@ -22,11 +27,17 @@ order) and the boundary tensors of the other microbatches in flight.  Every plan
 from :func:`costmodel.memory.planner_terms`, which bounds the liveness figure from above for every
 stage that is an interval of the graph's order.  It must stay under
 ``capacity · (1 − memory_margin)``.
+
+Placement constraints (``pins``, ``keep_together``, ``forbid_devices``; :mod:`planner.constraints`)
+are resolved against the graph and the cluster when the problem is made, into ``placement``; an
+unknown layer or device, or constraints that conflict, raise :class:`PlanError` naming them.
+``max_devices`` caps the number of stages (every used device holds one stage).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -35,11 +46,13 @@ from costmodel.base import CostModel
 from costmodel.graph import ModelGraph
 from costmodel.memory import LivenessError, planner_terms
 from planner.cluster import Cluster
+from planner.constraints import Pin, Placement, PlacementError, PlacementRules, pins_of, resolve
 
-__all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem"]
+__all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem", "TransferRule"]
 
 CommMode = Literal["overlap", "serial"]
 Objective = Literal["throughput", "latency"]
+TransferRule = Literal["per-device", "per-edge"]
 
 
 class PlanError(ValueError):
@@ -54,9 +67,23 @@ class PlanOptions:
     in_flight: int | None = None  # microbatches whose activations a stage keeps; None → microbatches
     memory_margin: float = 0.1  # share of each device's memory kept free for the runtime
     min_throughput: float | None = None  # samples/s floor (a plan's throughput) for the latency objective
-    max_devices: int | None = None  # use at most this many devices
+    max_devices: int | None = None  # use at most this many devices, so at most this many stages
+    transfer: TransferRule = "per-device"  # a sender pays once per receiving device, or once per consumer
+    pins: tuple[Pin, ...] = ()  # layers (name or glob) that must run on a device (id or type)
+    keep_together: tuple[tuple[str, ...], ...] = ()  # groups of layers (names or globs), each on one device
+    forbid_devices: tuple[str, ...] = ()  # devices (ids or types) no layer may use
 
     def __post_init__(self) -> None:
+        # JSON and the API give lists; frozen options keep tuples (hashable, and equal when re-read)
+        try:
+            object.__setattr__(self, "pins", pins_of(self.pins))
+        except PlacementError as exc:
+            raise PlanError(str(exc)) from None
+        object.__setattr__(self, "keep_together", tuple(_name_list("keep_together group", g) for g in
+                                                        _sequence("keep_together", self.keep_together)))
+        object.__setattr__(self, "forbid_devices", _name_list("forbid_devices", self.forbid_devices))
+        if self.transfer not in ("per-device", "per-edge"):
+            raise PlanError(f"transfer must be 'per-device' or 'per-edge', got {self.transfer!r}")
         if self.objective not in ("throughput", "latency"):
             raise PlanError(f"objective must be 'throughput' or 'latency', got {self.objective!r}")
         if self.comm not in ("overlap", "serial"):
@@ -75,6 +102,26 @@ class PlanOptions:
     @property
     def kept_microbatches(self) -> int:
         return self.in_flight if self.in_flight is not None else self.microbatches
+
+    @property
+    def rules(self) -> PlacementRules:
+        """The placement constraints, as written."""
+        return PlacementRules(self.pins, self.keep_together, self.forbid_devices)
+
+
+def _sequence(what: str, value: object) -> tuple[object, ...]:
+    if isinstance(value, str | bytes) or not isinstance(value, list | tuple):
+        raise PlanError(f"{what} must be a list, got {value!r}")
+    return tuple(value)
+
+
+def _name_list(what: str, value: object) -> tuple[str, ...]:
+    """A list of non-empty names or globs, as a tuple."""
+    items = _sequence(what, value)
+    for item in items:
+        if not isinstance(item, str) or not item.strip():
+            raise PlanError(f"{what} holds {item!r}: give non-empty layer or device names")
+    return tuple(str(item).strip() for item in items)
 
 
 @dataclass
@@ -99,6 +146,9 @@ class Problem:
         # time[v][d] in seconds, under each device's current load (one batch per device)
         per_device = [self.costmodel.layer_times(layers, dev) for dev in self.cluster.devices]
         self.time: list[list[float]] = [list(row) for row in zip(*per_device, strict=True)]
+        # seconds a stage on each device pays once per microbatch, whatever its layers (a GPU's
+        # time-slice waits under contention; 0 for most models): the simulator adds it per stage
+        self.stage_overhead: list[float] = [self.costmodel.stage_overhead(dev) for dev in self.cluster.devices]
         mem = [self.costmodel.layer_memory(layer) for layer in layers]
         # Inference keeps a live set, not every layer's outputs for every microbatch in flight (which
         # refused a 13B decoder as needing 206 GiB for 24 GiB of weights).  The planners' form stays
@@ -119,6 +169,10 @@ class Problem:
         self.capacity = [int(d.memory * (1.0 - self.options.memory_margin)) for d in self.cluster.devices]
         self._links = [[self.cluster.link(a, b) for b in self.devices] for a in self.devices]
         self._check_numbers()
+        try:
+            self.placement: Placement = resolve(self.options.rules, self.graph, self.cluster)
+        except PlacementError as exc:
+            raise PlanError(str(exc)) from None
 
     def _check_numbers(self) -> None:
         """Refuse costs no planner can order or count: a time that is NaN, infinite or negative (a
@@ -152,6 +206,15 @@ class Problem:
         link = self._links[a][b]
         return link.latency + self.out_bytes[u] / link.bandwidth
 
+    def receivers(self, u: int, dev_of: Sequence[int]) -> list[int]:
+        """The devices layer ``u``'s output is sent to under an assignment, once per transfer the
+        rule charges: each other device holding a consumer once (``per-device``), or once per
+        consumer there (``per-edge``)."""
+        a = dev_of[u]
+        if self.options.transfer == "per-edge":
+            return [dev_of[v] for v in self.succ[u] if dev_of[v] != a]
+        return sorted({dev_of[v] for v in self.succ[u]} - {a})
+
     def memory(self, layers: list[int]) -> int:
         """Bytes a device needs to hold ``layers``."""
         if not layers:
@@ -161,11 +224,12 @@ class Problem:
                 + max(self.workspace[v] for v in layers))
 
     def lower_bound(self) -> float:
-        """A bottleneck no plan can beat: the heaviest layer on its fastest device, and the total
-        work spread perfectly over every device, each layer at its fastest."""
-        best = [min(row) for row in self.time]
-        spread = sum(best) / (self.options.max_devices or self.n_devices)
-        return max(max(best, default=0.0), spread)
+        """A bottleneck no plan can beat: the heaviest layer on its fastest allowed device, and the
+        total work spread perfectly over every usable device, each layer at its fastest."""
+        allowed = self.placement.allowed
+        best = [min(row[d] for d in allowed[v]) for v, row in enumerate(self.time)]
+        devices = min(self.options.max_devices or self.n_devices, len(self.placement.usable))
+        return max(max(best, default=0.0), sum(best) / devices)
 
     def objective_lower_bound(self) -> float:
         """Seconds no plan can beat on the options' objective, known without solving.
@@ -173,7 +237,8 @@ class Problem:
         Latency is Σ stage + (M − 1)·bottleneck, and each stage takes at least its compute.
         """
         if self.options.objective == "latency":
-            fastest = sum(min(row) for row in self.time)
+            fastest = sum(min(row[d] for d in allowed) for row, allowed in zip(self.time, self.placement.allowed,
+                                                                             strict=True))
             return fastest + (self.options.microbatches - 1) * self.lower_bound()
         return self.lower_bound()
 
@@ -186,21 +251,51 @@ class Problem:
         return self.graph.batch_size / floor
 
     def check_fits(self) -> None:
-        """Raise :class:`PlanError` naming the shortfall when the model cannot fit at all."""
+        """Raise :class:`PlanError` naming the shortfall when the model cannot fit at all: in the
+        devices the constraints leave, in ``max_devices`` of them, a layer or a group of layers that
+        must share a device in the largest device it may use, or more devices pinned than allowed."""
+        placement, cap = self.placement, self.options.max_devices
+        usable = placement.usable
+        offered = sorted((self.capacity[d] for d in usable), reverse=True)
         total = self.memory(list(range(self.n_layers)))
-        capacity = sum(self.capacity)
-        if total > capacity:
-            raise PlanError(
-                f"{self.graph.model} needs {_gib(total)} but the {self.n_devices} devices of "
-                f"{self.cluster.name!r} offer {_gib(capacity)} after the {self.options.memory_margin:.0%} "
-                f"margin: {_gib(total - capacity)} short")
+        devices = (f"the {len(usable)} devices of {self.cluster.name!r} that forbid_devices leaves"
+                   if len(usable) < self.n_devices else f"the {self.n_devices} devices of {self.cluster.name!r}")
+        margin = f"after the {self.options.memory_margin:.0%} margin"
+        if total > sum(offered):
+            raise PlanError(f"{self.graph.model} needs {_gib(total)} but {devices} offer {_gib(sum(offered))} "
+                            f"{margin}: {_gib(total - sum(offered))} short")
+        if cap is not None and cap < len(usable) and total > sum(offered[:cap]):
+            raise PlanError(f"max_devices={cap} caps the plan at {cap} stages, whose devices offer at most "
+                            f"{_gib(sum(offered[:cap]))} {margin}, but {self.graph.model} needs {_gib(total)}; "
+                            f"it needs at least {_least_devices(offered, total)} devices")
+        pinned = sorted({d for allowed in placement.allowed if len(allowed) == 1 for d in allowed})
+        if cap is not None and len(pinned) > cap:
+            names = ", ".join(self.devices[d] for d in pinned)
+            raise PlanError(f"the pins put layers on {len(pinned)} devices ({names}) but max_devices={cap}")
         for v in range(self.n_layers):
-            need = self.memory([v])
-            if need > max(self.capacity):
-                d = max(range(self.n_devices), key=lambda i: self.capacity[i])
-                raise PlanError(
-                    f"layer {self.layers[v]!r} alone needs {_gib(need)}; the largest device "
-                    f"{self.devices[d]!r} offers {_gib(self.capacity[d])}: {_gib(need - self.capacity[d])} short")
+            self._check_share([v], f"layer {self.layers[v]!r} alone", placement.allowed[v])
+        for members, origin in zip(placement.groups, placement.origin, strict=True):
+            self._check_share(members, origin, placement.allowed[members[0]])
+
+    def _check_share(self, layers: list[int], what: str, allowed: frozenset[int]) -> None:
+        """Raise when ``layers``, which must share one of ``allowed``, fit in none of them."""
+        need = self.memory(layers)
+        d = max(sorted(allowed), key=lambda i: self.capacity[i])
+        if need > self.capacity[d]:
+            largest = (f"the largest device {self.devices[d]!r}" if len(allowed) == self.n_devices
+                       else f"the largest device it may use, {self.devices[d]!r},")
+            raise PlanError(f"{what} needs {_gib(need)}; {largest} offers "
+                            f"{_gib(self.capacity[d])}: {_gib(need - self.capacity[d])} short")
+
+
+def _least_devices(offered: list[int], total: int) -> int:
+    """How many of the largest ``offered`` capacities it takes to hold ``total`` bytes."""
+    held = 0
+    for count, capacity in enumerate(offered, 1):
+        held += capacity
+        if held >= total:
+            return count
+    return len(offered)
 
 
 # int64 with room for the ILP's sums of a few such terms.

@@ -4,7 +4,9 @@ A plan is given as an assignment (layer → device) and, optionally, the order o
 pipeline.  :func:`evaluate` computes per-stage compute, receive and send time, memory, the
 bottleneck, and a GPipe fill-drain schedule of all microbatches; :func:`violation` names the first
 thing that makes a plan invalid (an unassigned layer, a stage that is not convex, stages that
-depend on each other in a cycle, an order that sends data backwards, memory over capacity).
+depend on each other in a cycle, an order that sends data backwards, memory over capacity, more
+devices than ``max_devices``, a layer where a pin or ``forbid_devices`` rules it out, a keep-together
+group split: :mod:`planner.constraints`).
 
 Schedule: stage k starts microbatch m when it has finished microbatch m−1 and stage k−1 has
 finished microbatch m, so the makespan is Σₖ Tₖ + (M − 1)·maxₖ Tₖ (a flow shop with identical jobs).
@@ -83,8 +85,10 @@ def stage_times(problem: Problem, dev_of: Sequence[int]) -> tuple[list[float], l
     compute, recv, send = [0.0] * k, [0.0] * k, [0.0] * k
     for v, d in enumerate(dev_of):
         compute[d] += problem.time[v][d]
+    for d in set(dev_of):
+        compute[d] += problem.stage_overhead[d]  # once per stage, not per layer
     for u, a in enumerate(dev_of):
-        for b in sorted({dev_of[v] for v in problem.succ[u]} - {a}):
+        for b in problem.receivers(u, dev_of):
             t = problem.transfer(u, a, b)
             send[a] += t
             recv[b] += t
@@ -148,6 +152,8 @@ def evaluate(problem: Problem, assignment: Assignment,
                              f"after the margin: {mem - problem.capacity[d]} bytes short")
     if problem_found is None and problem.options.max_devices is not None and len(seq) > problem.options.max_devices:
         problem_found = f"plan uses {len(seq)} devices, more than max_devices={problem.options.max_devices}"
+    if problem_found is None:
+        problem_found = problem.placement.violation(dev_of)
     m = problem.options.microbatches
     schedule: list[list[tuple[float, float]]] = []
     for k, stage in enumerate(stages):

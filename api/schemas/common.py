@@ -56,6 +56,9 @@ class ZooModelRef(Strict):
                              description="leaf, block or depth:N — what one layer is")
     seq_len: int | None = Field(None, ge=1, le=65536, description="tokens per sequence (token models)")
     image_size: int | None = Field(None, ge=1, le=8192, description="image side in pixels (image models)")
+    kv_context: int | None = Field(None, ge=1, le=2**20,
+                                   description="decoders: count a KV cache of this many tokens per sequence, for "
+                                               "every microbatch in flight, in each stage's memory")
 
 
 class GraphModelRef(Strict):

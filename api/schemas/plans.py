@@ -3,22 +3,53 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
 from api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
 
 __all__ = [
-    "CertificateDoc", "CompareCreate", "ComparePublic", "ComparisonDoc", "ComparisonRow", "PlanCreate",
-    "PlanDoc", "PlanList", "PlanOptionsIn", "PlanPublic", "PlanSummary", "SolverIn", "StageDoc",
+    "CertificateDoc",
+    "CompareCreate",
+    "ComparePublic",
+    "ComparisonDoc",
+    "ComparisonRow",
+    "PinIn",
+    "PlanCreate",
+    "PlanDoc",
+    "PlanList",
+    "PlanOptionsIn",
+    "PlanPublic",
+    "PlanSummary",
+    "SolverIn",
+    "StageDoc",
 ]
 
 COSTMODEL_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,127}$"
 
 
+LayerPattern = Annotated[str, Field(min_length=1, max_length=256,
+                                    description="a layer name, or an fnmatch glob such as 'blocks.1*'")]
+DeviceName = Annotated[str, Field(min_length=1, max_length=128,
+                                  description="a device id, or a device type (any device of that type)")]
+
+
+class PinIn(Strict):
+    """Layers that must run on one device, or on some device of one type (planner.constraints.Pin)."""
+
+    layers: LayerPattern
+    device: DeviceName
+
+
+# Added after plans were stored under request keys made from the options: left out of the
+# options' dump while they hold their defaults, so that those keys, and the plans, stay found.
+_LATER_DEFAULTS: dict[str, Any] = {"transfer": "per-device", "pins": [], "keep_together": [], "forbid_devices": []}
+
+
 class PlanOptionsIn(Strict):
-    """What the plan optimises and under which rules (planner.problem.PlanOptions)."""
+    """What the plan optimises and under which rules (planner.problem.PlanOptions); an unknown layer
+    or device in the constraints, or constraints that conflict, is a 422 naming them."""
 
     objective: Literal["throughput", "latency"] = Field(
         "throughput", description="minimise the bottleneck stage, or the end-to-end latency")
@@ -28,7 +59,22 @@ class PlanOptionsIn(Strict):
     in_flight: int | None = Field(None, ge=1, le=4096, description="microbatches whose activations a stage keeps")
     memory_margin: float = Field(0.1, ge=0.0, lt=1.0, description="share of each device's memory kept free")
     min_throughput: float | None = Field(None, gt=0.0, description="samples/s floor for the latency objective")
-    max_devices: int | None = Field(None, ge=1, le=4096, description="use at most this many devices")
+    max_devices: int | None = Field(None, ge=1, le=4096,
+                                    description="use at most this many devices, so at most this many stages")
+    transfer: Literal["per-device", "per-edge"] = Field(
+        "per-device", description="a layer's output is sent once per receiving device, or once per consumer "
+                                  "layer on another device")
+    pins: list[PinIn] = Field(default_factory=list, max_length=4096,
+                              description="layers that must run on a device or a device type; all of them hold")
+    keep_together: list[Annotated[list[LayerPattern], Field(min_length=1, max_length=4096)]] = Field(
+        default_factory=list, max_length=4096, description="groups of layers (names or globs), each on one device")
+    forbid_devices: list[DeviceName] = Field(default_factory=list, max_length=4096,
+                                             description="devices (ids or types) no layer may use")
+
+    @model_serializer(mode="wrap")
+    def _without_later_defaults(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        dumped: dict[str, Any] = handler(self)
+        return {k: v for k, v in dumped.items() if k not in _LATER_DEFAULTS or v != _LATER_DEFAULTS[k]}
 
 
 class SolverIn(Strict):
