@@ -36,6 +36,7 @@ examples:
   pipeplan costs resnet-50 --cluster 4xa100-nvlink --load gpu1=2xmemory
   pipeplan plan gpt2 --granularity block --cluster hetero-a100-t4 --out plan.json
   pipeplan compare resnet-50 --cluster 8gpu-2hosts --comm serial --png cmp.png
+  pipeplan replan --plan plan.json --cluster hetero-a100-t4 --load gpu1=2xcompute --horizon 10m
   pipeplan demo                                     all of the above on the defaults
 
 MODEL is a zoo name (see `pipeplan models`), a graph saved with --json, or your own model's factory:
@@ -429,6 +430,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--png", default="demo-compare.png")
     _add_costmodel_arg(p)
     p.set_defaults(func=cmd_demo)
+
+    from pipeplan.replan_cli import register_replan
+
+    register_replan(sub)  # `replan`: a running plan re-planned for a new cluster state, moving counted
 
     # Commands of the other packages (profile, costmodel, run, serve, token) live beside their code.
     for module in _extensions():

@@ -7,7 +7,9 @@ digest is the SHA-256 of that model file, so that ``pipeplan run`` re-predicts w
 model or says why it cannot.  Version 3 moved how the ILP ran out of the certificate's free-form
 ``details`` into a typed ``certificate.solver`` (:class:`SolverDetails`, documented in
 ``docs/planner.md``).  Version 1 and 2 plans still load (no digest; the ILP's keys are read back
-from ``details``).
+from ``details``).  A re-planned plan (:func:`planner.replan.replan`) also carries ``migration``
+(:class:`planner.migration.Migration`: what moves from the current plan, and why); the key is
+optional, so plans without it, and readers that ignore it, need no new version.
 
 Every planner builds its plan through :func:`planner.simulate.make_plan` so all plans are scored by
 the same rules.
@@ -20,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.migration import Migration
 from planner.problem import PlanError, PlanOptions
 
 if TYPE_CHECKING:
@@ -158,6 +161,8 @@ class Plan:
     # "sha256:…" of the cost-model file ``costmodel`` named when the plan was made; None for the
     # analytic model (no file) and in version-1 plans.
     costmodel_digest: str | None = None
+    # What re-planning moves from the current plan (planner.replan); None for a plan made from scratch.
+    migration: Migration | None = None
 
     @property
     def throughput(self) -> float:
@@ -185,7 +190,7 @@ class Plan:
         return [s.device for s in self.stages]
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "format": PLAN_FORMAT, "version": PLAN_VERSION, "model": self.model,
             "cluster": self.cluster, "costmodel": self.costmodel, "costmodel_digest": self.costmodel_digest,
             "batch_size": self.batch_size,
@@ -194,6 +199,9 @@ class Plan:
             "peak_memory": self.peak_memory, "certificate": asdict(self.certificate),
             "stages": [asdict(s) for s in self.stages], "source": self.source,
         }
+        if self.migration is not None:
+            doc["migration"] = self.migration.to_dict()
+        return doc
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -214,6 +222,7 @@ class Plan:
         digest = doc.get("costmodel_digest")
         if digest is not None and not isinstance(digest, str):
             raise PlanError(f"malformed plan: 'costmodel_digest' must be a string, got {type(digest).__name__}")
+        migration = Migration.from_dict(doc["migration"]) if doc.get("migration") is not None else None
         try:
             return cls(
                 model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
@@ -221,6 +230,7 @@ class Plan:
                 stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
                 latency=float(doc["latency"]), certificate=Certificate.from_dict(doc["certificate"]),
                 batch_size=int(doc.get("batch_size", 1)), source=source, costmodel_digest=digest,
+                migration=migration,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"malformed plan: {exc}") from None
