@@ -25,6 +25,10 @@ and the per-edge transfer rule enter the CP-SAT model only (:mod:`planner.ilp_co
 since constraints only remove plans, and a plan of theirs is used only if the simulator finds it
 valid, so the warm start, the hint and ``B ≤`` the best known are always those of a valid plan.
 
+Problems past ``planner.ilp_scale.SCALE_CELLS`` layers × devices (10,000 operators on 64 devices),
+with the throughput objective and no placement constraints, skip all four: a fill heuristic gives
+the plan and layer prices the bound (:mod:`planner.ilp_scale`), with the same kind of certificate.
+
 Seconds are scaled to integer ticks, about 2⁻³⁰ of the largest possible stage time, each term
 rounded down (:class:`planner.ilp_ticks.Ticks`), so every bound in ticks is a bound in seconds; the
 bound, the model and the scoring of warm starts share them.  Every solve reports status, objective,
@@ -48,6 +52,7 @@ from planner.baselines import best_baseline
 from planner.ilp_bound import StageBound, StageProgram
 from planner.ilp_constraints import build_constrained, split_classes
 from planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
+from planner.ilp_scale import at_scale, solve_at_scale
 from planner.ilp_ticks import Ticks
 from planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from planner.problem import PlanError, Problem
@@ -151,6 +156,8 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     """
     opts = options or SolverOptions()
     problem.check_fits()
+    if at_scale(problem):  # too large for the stage program and CP-SAT
+        return solve_at_scale(problem, opts.time_limit)
     started = time.perf_counter()
     throughput = problem.options.objective == "throughput"
     costs = Ticks.of(problem)

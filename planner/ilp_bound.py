@@ -41,12 +41,14 @@ from planner.ilp_charges import INF as _INF
 from planner.ilp_charges import Charges, Key
 from planner.ilp_held import HeldStages, HeldTables, held_tables
 from planner.ilp_ideals import ClassStages, Stages, candidate_stages
+from planner.ilp_prices import Prices
 from planner.ilp_ticks import Ticks
 from planner.problem import Problem
 
 __all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
 
 MAX_STATES = 4096
+_FIRST_STEP = 0.01  # with no plan known, the first limit is this far above the price bound
 _HELD_CACHE = 30_000_000  # charges of expanded stages kept (int64 entries), then the cache starts over
 
 # (devices used per class, group of the last stage, group promised next, group holding the broadcast
@@ -86,12 +88,42 @@ class StageProgram:
 
     @classmethod
     def of(cls, problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
-           deadline: float | None = None) -> StageProgram | None:
+           deadline: float | None = None, use_windows: bool = True) -> StageProgram | None:
+        """The program over the candidate stages under ``upper`` (a known plan's bottleneck in
+        ticks; None: no limit), without those the price windows rule out unless ``use_windows``
+        is False (they change no value or chain: :mod:`planner.ilp_prices`)."""
         if math.prod(len(c) + 1 for c in classes) * (len(classes) + 1) ** 2 > MAX_STATES:
             return None
+        if upper is None and use_windows:
+            return cls._near_prices(problem, costs, classes, deadline)
         limit = _INF if upper is None else upper
-        stages = candidate_stages(problem, costs, classes, limit, deadline)
+        stages = candidate_stages(problem, costs, classes, limit, deadline, use_windows)
         return None if stages is None else cls(problem, costs, classes, stages, limit)
+
+    @classmethod
+    def _near_prices(cls, problem: Problem, costs: Ticks, classes: list[list[int]],
+                     deadline: float | None) -> StageProgram | None:
+        """With no plan known, the program under the least limit, 1%, 2%, 4%, … above the price
+        bound (:mod:`planner.ilp_prices`), at which its pessimistic run finds a plan: the windows
+        then keep few stages, where no limit would keep them all (2.9 million on Llama-2 7B).
+        Values stay bounds: a limit only makes stages above it impossible (the value is then at
+        most the limit, and no plan is below it)."""
+        prices = Prices.of(problem, costs, classes)
+        floor = max(prices.bound(), 1)
+        step = _FIRST_STEP
+        while (limit := math.ceil(floor * (1 + step))) < costs.horizon:
+            stages = candidate_stages(problem, costs, classes, limit, deadline, prices=prices)
+            if stages is None:
+                return None
+            program = cls(problem, costs, classes, stages, limit)
+            found = program.run(pessimistic=True, deadline=deadline)
+            if found is None:
+                return None
+            if found.dev_of:
+                return program
+            step *= 2
+        stages = candidate_stages(problem, costs, classes, _INF, deadline, use_windows=False)
+        return None if stages is None else cls(problem, costs, classes, stages, _INF)
 
     def tighten(self, upper: int) -> None:
         """Drop the stages that compute more than ``upper``, a known plan's bottleneck, and charge
