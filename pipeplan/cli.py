@@ -19,7 +19,9 @@ if TYPE_CHECKING:
     from costmodel.base import CostModel
     from costmodel.graph import ModelGraph
     from planner.cluster import Cluster
+    from planner.harvest import HarvestOptions
     from planner.ilp import SolverOptions
+    from planner.plan import Plan
     from planner.problem import Problem
 
 __all__ = ["main"]
@@ -117,6 +119,17 @@ def _add_plan_args(p: argparse.ArgumentParser) -> None:
                    "layer on another device")
     p.add_argument("--memory-margin", type=float, default=0.1, metavar="F",
                    help="share of each device's memory left free (0.1)")
+    p.add_argument("--harvest", action="store_true",
+                   help="let stages keep weights in other devices' (or, with --host-memory, their host's) spare "
+                        "memory, fetched each microbatch (docs/planner.md)")
+    p.add_argument("--lender", action="append", metavar="DEVICE",
+                   help="with --harvest: a device that may lend (repeatable; default: every device)")
+    p.add_argument("--host-memory", metavar="SIZE", default="0",
+                   help="with --harvest: memory each host lends its devices, e.g. 64GiB (default 0: no host tier)")
+    p.add_argument("--host-bandwidth", metavar="RATE", default="12GB/s",
+                   help="with --harvest: the host link's bandwidth, shared by its devices (12GB/s: PCIe)")
+    p.add_argument("--reserve", action="append", default=[], metavar="DEV=SIZE",
+                   help="with --harvest: memory other work holds on a device (repeatable)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
     _add_costmodel_arg(p)
     p.add_argument("--workers", type=int, metavar="N", help="solver threads (default: all cores)")
@@ -298,16 +311,42 @@ def _layer_list(text: str) -> tuple[str, ...]:
     return names
 
 
+def _harvest_options(args: argparse.Namespace) -> HarvestOptions | None:
+    """The harvesting options of ``--harvest`` and its companions; None without ``--harvest``."""
+    from planner.harvest import HarvestOptions
+
+    if not args.harvest:
+        if args.lender or args.reserve or args.host_memory != "0":
+            raise CliError("--lender, --reserve and --host-memory need --harvest")
+        return None
+    return HarvestOptions(lenders=tuple(args.lender) if args.lender else None, host_memory=args.host_memory,
+                          host_bandwidth=args.host_bandwidth, reserved=tuple(args.reserve))
+
+
+def _print_harvest(console: Console, plan: Plan) -> None:
+    from pipeplan.render import loans_table, memory_map_table, plan_table
+
+    console.print(plan_table(plan))
+    console.print(memory_map_table(plan))
+    if plan.harvest is not None and plan.harvest.loans:
+        console.print(loans_table(plan))
+
+
 def cmd_plan(args: argparse.Namespace) -> None:
     from pipeplan.render import plan_table
+    from planner.harvest_solve import solve_harvest
     from planner.ilp import solve
 
     problem, solver = _problem(args)
+    harvest = _harvest_options(args)
     console = _console()
     console.print(f"solving: {problem.n_layers} layers on {problem.n_devices} devices, "
-                  f"time limit {solver.time_limit:g}s …")
-    plan = solve(problem, solver)
-    console.print(plan_table(plan))
+                  f"time limit {solver.time_limit:g}s{', harvesting spare memory' if harvest else ''} …")
+    plan = solve_harvest(problem, harvest, solver) if harvest is not None else solve(problem, solver)
+    if harvest is not None:
+        _print_harvest(console, plan)
+    else:
+        console.print(plan_table(plan))
     if args.out:
         plan.save(args.out)
         console.print(f"plan written to {args.out}")
@@ -329,9 +368,24 @@ def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, 
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
+    from planner.harvest_solve import solve_harvest
+    from planner.problem import PlanError
+
     problem, solver = _problem(args)
+    harvest = _harvest_options(args)
     png = args.png or f"compare-{problem.graph.model}-{problem.cluster.name}.png"
-    _show_comparison(_console(), problem, solver, png)
+    console = _console()
+    if harvest is not None:
+        # The comparison (and its PNG) covers plans that keep their weights at home; the plan that
+        # borrows is shown beside it, since the simulator behind the Gantt charts knows no fetches.
+        console.print("with harvesting:")
+        _print_harvest(console, solve_harvest(problem, harvest, solver))
+    try:
+        _show_comparison(console, problem, solver, png)
+    except PlanError as exc:
+        if harvest is None:
+            raise
+        console.print(f"without harvesting: {exc}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:

@@ -11,7 +11,8 @@ from costmodel.units import format_bytes, format_flops, format_seconds
 from planner.cluster import Cluster
 from planner.plan import Plan
 
-__all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "plan_table"]
+__all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "loans_table",
+           "memory_map_table", "plan_table"]
 
 
 def graph_table(graph: ModelGraph, top: int | None = None) -> Table:
@@ -128,4 +129,40 @@ def plan_table(plan: Plan) -> Table:
         table.add_row(str(s.index), s.device, f"{len(s.layers)}: {span}", format_seconds(s.compute),
                       format_seconds(s.recv), format_seconds(s.send), format_seconds(s.time),
                       format_bytes(s.memory), f"{s.memory / s.capacity:.1%}" if s.capacity else "—")
+    return table
+
+
+def memory_map_table(plan: Plan) -> Table:
+    """Per device (and host that lends) of a plan that may borrow: own, lent, borrowed, reserved, free."""
+    harvest = plan.harvest
+    if harvest is None:
+        raise ValueError("the plan has no harvest section: make it with harvesting on (--harvest)")
+    table = Table(title=f"memory map: {format_bytes(harvest.borrowed_bytes)} borrowed in {len(harvest.loans)} "
+                  "loans (after the margin)", title_justify="left")
+    for col in ("device", "capacity", "own", "lent", "borrowed", "reserved", "free"):
+        table.add_column(col, justify="left" if col == "device" else "right")
+    for row in harvest.memory:
+        table.add_row(row.device, format_bytes(row.capacity), format_bytes(row.own), format_bytes(row.lent),
+                      format_bytes(row.borrowed), format_bytes(row.reserved), format_bytes(row.free))
+    return table
+
+
+def loans_table(plan: Plan) -> Table:
+    """Who lends what to whom: one row per channel, with its layers, bytes and fetch time per microbatch."""
+    harvest = plan.harvest
+    if harvest is None:
+        raise ValueError("the plan has no harvest section: make it with harvesting on (--harvest)")
+    without = "none fits" if harvest.without is None else format_seconds(harvest.without)
+    table = Table(title=f"loans, fetched each microbatch (best without borrowing: {without})", title_justify="left")
+    for col in ("lender", "borrower", "layers", "bytes", "bandwidth", "fetch"):
+        table.add_column(col, justify="left" if col in ("lender", "borrower", "layers") else "right")
+    for channel in harvest.channels:
+        loans = [loan for loan in harvest.loans if loan.lender == channel.source
+                 and (channel.target == "*" or loan.borrower == channel.target)]
+        borrowers = ", ".join(sorted({loan.borrower for loan in loans}))
+        names = [loan.layer for loan in loans]
+        span = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
+        table.add_row(channel.source, borrowers + (" (shared link)" if channel.target == "*" else ""),
+                      f"{len(names)}: {span}", format_bytes(channel.bytes), format_bytes(channel.bandwidth) + "/s",
+                      format_seconds(channel.seconds))
     return table

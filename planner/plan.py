@@ -9,7 +9,9 @@ model or says why it cannot.  Version 3 moved how the ILP ran out of the certifi
 ``docs/planner.md``).  Version 1 and 2 plans still load (no digest; the ILP's keys are read back
 from ``details``).  A re-planned plan (:func:`planner.replan.replan`) also carries ``migration``
 (:class:`planner.migration.Migration`: what moves from the current plan, and why); the key is
-optional, so plans without it, and readers that ignore it, need no new version.
+optional, so plans without it, and readers that ignore it, need no new version.  A plan that may
+borrow memory (:func:`planner.harvest_solve.solve_harvest`) carries ``harvest`` the same way
+(:class:`planner.harvest.Harvest`: the loans, the channels, the memory map per device).
 
 Every planner builds its plan through :func:`planner.simulate.make_plan` so all plans are scored by
 the same rules.
@@ -22,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from planner.harvest import Harvest
 from planner.migration import Migration
 from planner.problem import PlanError, PlanOptions
 
@@ -163,6 +166,8 @@ class Plan:
     costmodel_digest: str | None = None
     # What re-planning moves from the current plan (planner.replan); None for a plan made from scratch.
     migration: Migration | None = None
+    # Who lends memory to which stage (planner.harvest_solve); None for a plan that may not borrow.
+    harvest: Harvest | None = None
 
     @property
     def throughput(self) -> float:
@@ -201,6 +206,8 @@ class Plan:
         }
         if self.migration is not None:
             doc["migration"] = self.migration.to_dict()
+        if self.harvest is not None:
+            doc["harvest"] = self.harvest.to_dict()
         return doc
 
     def to_json(self) -> str:
@@ -223,6 +230,7 @@ class Plan:
         if digest is not None and not isinstance(digest, str):
             raise PlanError(f"malformed plan: 'costmodel_digest' must be a string, got {type(digest).__name__}")
         migration = Migration.from_dict(doc["migration"]) if doc.get("migration") is not None else None
+        harvest = Harvest.from_dict(doc["harvest"]) if doc.get("harvest") is not None else None
         try:
             return cls(
                 model=doc["model"], cluster=doc["cluster"], costmodel=doc["costmodel"],
@@ -230,7 +238,7 @@ class Plan:
                 stages=[Stage(**s) for s in doc["stages"]], bottleneck=float(doc["bottleneck"]),
                 latency=float(doc["latency"]), certificate=Certificate.from_dict(doc["certificate"]),
                 batch_size=int(doc.get("batch_size", 1)), source=source, costmodel_digest=digest,
-                migration=migration,
+                migration=migration, harvest=harvest,
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise PlanError(f"malformed plan: {exc}") from None

@@ -1,0 +1,207 @@
+"""Harvesting spare memory: options, and the plan's record of who lends what to whom.
+
+A stage may keep some of its layers' weights (``Layer.param_bytes``, whole layers) in the spare
+memory of another device of the cluster (a *lender*: in the pipeline or not) or of its own host
+(a slower tier, over the host link), and fetch them over that link each microbatch, as the layer
+runs.  :class:`HarvestOptions` says who may lend and what the host tier offers; the solve is
+:func:`planner.harvest_solve.solve_harvest`, the scoring :mod:`planner.harvest_score`, the CP-SAT
+terms :mod:`planner.harvest_model`; ``docs/planner.md`` ("Harvesting spare memory") has the rules.
+
+A lender is named by its device id, or ``host:NAME`` for the memory of host NAME.
+
+>>> HarvestOptions.of(host_memory="64GiB", reserved=["gpu3=10GiB"]).reserved
+(('gpu3', 10737418240),)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from costmodel.units import UnitError, parse_bytes, parse_rate, parse_seconds
+from planner.problem import PlanError
+
+__all__ = ["DEFAULT_HOST_BANDWIDTH", "DEFAULT_HOST_LATENCY", "HOST_PREFIX", "STAGING_BUFFERS", "Channel",
+           "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch", "host_lender"]
+
+# Host memory over PCIe: what a x16 Gen3 link sustains for large copies (the reload default of
+# planner.migration too); the cluster spec has no host-link field, so it is an option here.
+DEFAULT_HOST_BANDWIDTH = 12e9
+DEFAULT_HOST_LATENCY = 10e-6
+HOST_PREFIX = "host:"
+# A borrowed layer's weights are staged on the borrower while it runs, and the next borrowed
+# layer's arrive beside them (prefetch), so a borrower keeps two buffers of its largest loan.
+STAGING_BUFFERS = 2
+
+
+def host_lender(host: str) -> str:
+    """The lender name of a host's memory: ``host:NAME``."""
+    return f"{HOST_PREFIX}{host}"
+
+
+def _reserved_of(value: object) -> tuple[tuple[str, int], ...]:
+    """``{"gpu3": "10GiB"}``, ``["gpu3=10GiB"]`` or pairs, as sorted (device, bytes) pairs."""
+    if isinstance(value, Mapping):
+        items: list[object] = list(value.items())
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise PlanError(f"reserved must map device ids to sizes (or list 'DEV=SIZE'), got {value!r}")
+    out: dict[str, int] = {}
+    for item in items:
+        if isinstance(item, str):
+            left, sep, right = item.partition("=")
+            if not sep or not left.strip():
+                raise PlanError(f"reserved {item!r}: write DEVICE=SIZE, e.g. gpu3=10GiB")
+            pair: tuple[object, object] = (left.strip(), right)
+        elif isinstance(item, list | tuple) and len(item) == 2:
+            pair = (item[0], item[1])
+        else:
+            raise PlanError(f"reserved holds {item!r}: give DEVICE=SIZE or (device, bytes)")
+        name, size = pair
+        if not isinstance(name, str) or name in out:
+            raise PlanError(f"reserved names {name!r} {'twice' if name in out else 'as a device'}: "
+                            "give each device id once")
+        if not isinstance(size, int | float | str):
+            raise PlanError(f"reserved {name}: give a size such as 10GiB, got {size!r}")
+        try:
+            nbytes = parse_bytes(size)
+        except UnitError as exc:
+            raise PlanError(f"reserved {name}: {exc}") from None
+        if nbytes < 0:
+            raise PlanError(f"reserved {name}: a size cannot be negative, got {size!r}")
+        out[name] = nbytes
+    return tuple(sorted(out.items()))
+
+
+@dataclass(frozen=True)
+class HarvestOptions:
+    """Who may lend memory to the pipeline's stages, and at what price.
+
+    ``lenders``: device ids that may hold other stages' weights (None: every device of the
+    cluster, whether it holds a stage or not).  ``host_memory``: bytes each host lends to its own
+    devices over one host link it shares among them (0: no host tier); ``host_bandwidth`` and
+    ``host_latency`` price that link.  ``reserved``: bytes other work holds on a device (a
+    neighbour's small job), kept out of both its stage and what it lends.  Sizes, rates and
+    durations take units: ``"64GiB"``, ``"12GB/s"``, ``"10us"``.
+    """
+
+    lenders: tuple[str, ...] | None = None
+    host_memory: int = 0
+    host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
+    host_latency: float = DEFAULT_HOST_LATENCY
+    reserved: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        try:
+            object.__setattr__(self, "host_memory", parse_bytes(self.host_memory))
+            object.__setattr__(self, "host_bandwidth", parse_rate(self.host_bandwidth))
+            object.__setattr__(self, "host_latency", parse_seconds(self.host_latency))
+        except UnitError as exc:
+            raise PlanError(f"harvest: {exc}") from None
+        if self.lenders is not None:
+            if isinstance(self.lenders, str) or not isinstance(self.lenders, list | tuple):
+                raise PlanError(f"harvest lenders must be a list of device ids, got {self.lenders!r}")
+            if not all(isinstance(d, str) and d for d in self.lenders):
+                raise PlanError(f"harvest lenders must be device ids, got {self.lenders!r}")
+            object.__setattr__(self, "lenders", tuple(self.lenders))
+        if self.host_memory < 0:
+            raise PlanError(f"harvest host_memory cannot be negative, got {self.host_memory}")
+        if not self.host_bandwidth > 0:
+            raise PlanError(f"harvest host_bandwidth must be positive, got {self.host_bandwidth:g} B/s")
+        if not self.host_latency >= 0:
+            raise PlanError(f"harvest host_latency cannot be negative, got {self.host_latency:g} s")
+        object.__setattr__(self, "reserved", _reserved_of(self.reserved))
+
+    @classmethod
+    def of(cls, *, lenders: Sequence[str] | None = None, host_memory: int | str = 0,
+           host_bandwidth: float | str = DEFAULT_HOST_BANDWIDTH, host_latency: float | str = DEFAULT_HOST_LATENCY,
+           reserved: Mapping[str, int | str] | Sequence[str] = ()) -> HarvestOptions:
+        """Options from text as a person writes it: ``of(host_memory="64GiB", reserved={"gpu3": "10GiB"})``
+        (the constructor reads the same forms; this one is typed for them)."""
+        return cls(lenders, host_memory, host_bandwidth, host_latency, reserved)  # type: ignore[arg-type]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"lenders": list(self.lenders) if self.lenders is not None else None,
+                "host_memory": self.host_memory, "host_bandwidth": self.host_bandwidth,
+                "host_latency": self.host_latency, "reserved": [list(pair) for pair in self.reserved]}
+
+
+@dataclass
+class Loan:
+    """One layer's weights held by a lender for the stage that runs it."""
+
+    layer: str
+    borrower: str  # the device whose stage runs the layer
+    lender: str  # a device id, or host:NAME
+    bytes: int
+    seconds: float  # bytes / the link's bandwidth: this loan's share of its channel each microbatch
+
+
+@dataclass
+class Channel:
+    """A link that carries fetches: lender → borrower, or a host's link shared by its devices."""
+
+    source: str  # the lender (a device id, or host:NAME)
+    target: str  # the borrowing device, or "*" for a host link every device of the host shares
+    bytes: int  # fetched per microbatch
+    seconds: float  # latency + bytes / bandwidth: what every stage reading it waits for
+    bandwidth: float  # bytes/s of the link
+
+
+@dataclass
+class StageFetch:
+    """A stage's fetches per microbatch: the sum of the channels it reads."""
+
+    device: str
+    fetch: float  # seconds
+    borrowed: int  # bytes of its weights held elsewhere
+    staging: int  # bytes of staging buffers on the device (STAGING_BUFFERS × its largest loan)
+
+
+@dataclass
+class MemoryRow:
+    """One lender's or device's memory under the plan, after the margin: ``own + lent + reserved +
+    free = capacity``; ``borrowed`` is held elsewhere and counts on the lenders' rows."""
+
+    device: str  # a device id, or host:NAME
+    capacity: int
+    own: int  # its stage's memory there (weights kept, activations, workspace, staging)
+    lent: int  # other stages' weights it holds
+    borrowed: int
+    reserved: int
+    free: int
+
+
+@dataclass
+class Harvest:
+    """The plan's ``harvest`` section: the options, the loans, the channels, the memory map."""
+
+    options: HarvestOptions
+    loans: list[Loan] = field(default_factory=list)
+    channels: list[Channel] = field(default_factory=list)
+    stages: list[StageFetch] = field(default_factory=list)
+    memory: list[MemoryRow] = field(default_factory=list)
+    without: float | None = None  # the best bottleneck (or latency) found without borrowing; None: none fits
+
+    @property
+    def borrowed_bytes(self) -> int:
+        return sum(loan.bytes for loan in self.loans)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"options": self.options.to_dict(), "loans": [asdict(x) for x in self.loans],
+                "channels": [asdict(x) for x in self.channels], "stages": [asdict(x) for x in self.stages],
+                "memory": [asdict(x) for x in self.memory], "without": self.without}
+
+    @classmethod
+    def from_dict(cls, doc: Any) -> Harvest:
+        if not isinstance(doc, dict):
+            raise PlanError(f"malformed plan: 'harvest' must be an object, got {type(doc).__name__}")
+        try:
+            return cls(HarvestOptions(**doc["options"]), [Loan(**x) for x in doc.get("loans", [])],
+                       [Channel(**x) for x in doc.get("channels", [])],
+                       [StageFetch(**x) for x in doc.get("stages", [])],
+                       [MemoryRow(**x) for x in doc.get("memory", [])], doc.get("without"))
+        except (KeyError, TypeError) as exc:
+            raise PlanError(f"malformed plan: harvest: {exc}") from None

@@ -1,0 +1,230 @@
+"""Score a plan that borrows memory, exactly in seconds: the simulator's stage times plus fetches.
+
+:class:`Lending` resolves :class:`planner.harvest.HarvestOptions` against a problem: who may lend
+to whom, over which link, and the capacities left once ``reserved`` is taken off.  :func:`score`
+then takes an assignment (layer → device, as :func:`planner.simulate.evaluate` does) and the loans
+(layer → lender) and gives what the CP-SAT terms of :mod:`planner.harvest_model` count, in seconds:
+
+- a **channel** is the link a fetch crosses: lender device l → borrowing device d (the cluster's
+  link between them), or a host's link, one per host, shared by every device of that host that
+  borrows from it.  Its time per microbatch is ``latency + Σ bytes / bandwidth`` over everything
+  it carries: borrowers on one channel contend;
+- a stage's **fetch** is the sum of the channels it reads (its layers run, and fetch, in order);
+  its time is ``max(compute, receive, send, fetch)`` with ``comm="overlap"`` or their sum with
+  ``serial``.  A lender pays no time (the copy is the link's and the DMA engine's work), only memory;
+- **memory**, on the borrower: its stage's memory (:meth:`Problem.memory`) less what it borrowed,
+  plus ``STAGING_BUFFERS`` × its largest loan; on a lender device: its own stage's memory (if
+  any) plus what it lends, under the capacity after the margin and ``reserved``; on a host: what
+  it lends, under ``host_memory``.
+
+Everything else (convexity, order, placement constraints, ``max_devices``) is the simulator's,
+run on the problem with memory unconstrained (:meth:`Lending.relaxed`), since memory is checked here.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from planner.harvest import (
+    HOST_PREFIX,
+    STAGING_BUFFERS,
+    Channel,
+    HarvestOptions,
+    Loan,
+    MemoryRow,
+    StageFetch,
+    host_lender,
+)
+from planner.plan import Stage
+from planner.problem import PlanError, Problem
+from planner.simulate import Assignment, evaluate
+
+__all__ = ["HarvestScore", "Lending", "score"]
+
+ChannelKey = tuple[int, int | None]  # (lender index, borrowing device), or (host lender, None): shared
+
+
+class Lending:
+    """The lending rules of one problem: lenders are indexed devices first (``0..K−1``), then hosts."""
+
+    def __init__(self, problem: Problem, options: HarvestOptions) -> None:
+        devices = {d: i for i, d in enumerate(problem.devices)}
+        reserved = dict(options.reserved)
+        for device in [*reserved, *(options.lenders or ())]:
+            if device not in devices:
+                raise PlanError(f"harvest names device {device!r}, which cluster {problem.cluster.name!r} does "
+                                f"not have; its devices are {', '.join(problem.devices)}")
+        capacity = [cap - reserved.get(d, 0) for cap, d in zip(problem.capacity, problem.devices, strict=True)]
+        for d, cap in enumerate(capacity):
+            if cap < 0:
+                raise PlanError(f"harvest reserves {reserved[problem.devices[d]]} bytes on {problem.devices[d]!r}, "
+                                f"more than the {problem.capacity[d]} it offers after the margin")
+        self.options = options
+        self.base = problem
+        # The problem with reserved memory taken off: what every plan, borrowing or not, must keep.
+        self.problem = copy.copy(problem)
+        self.problem.capacity = capacity
+        self.reserved = [reserved.get(d, 0) for d in problem.devices]
+        k = problem.n_devices
+        hosts = sorted({dev.host for dev in problem.cluster.devices}) if options.host_memory > 0 else []
+        self.names: list[str] = [*problem.devices, *(host_lender(h) for h in hosts)]
+        self.host_of: list[int | None] = [k + hosts.index(dev.host) if hosts else None
+                                         for dev in problem.cluster.devices]
+        lenders = set(options.lenders) if options.lenders is not None else set(problem.devices)
+        self.lends = [d in lenders for d in problem.devices] + [True] * len(hosts)
+        self.capacity = capacity + [options.host_memory] * len(hosts)
+
+    @property
+    def n_lenders(self) -> int:
+        return len(self.names)
+
+    def is_host(self, lender: int) -> bool:
+        return lender >= self.problem.n_devices
+
+    def sources(self, d: int) -> list[int]:
+        """The lenders device ``d`` may borrow from: other lending devices, and its own host."""
+        out = [o for o in range(self.problem.n_devices) if o != d and self.lends[o]]
+        host = self.host_of[d]
+        return out if host is None else [*out, host]
+
+    def channel(self, lender: int, d: int) -> ChannelKey:
+        return (lender, None) if self.is_host(lender) else (lender, d)
+
+    def link(self, lender: int, d: int) -> tuple[float, float]:
+        """(bandwidth, latency) of the link a fetch from ``lender`` to device ``d`` crosses."""
+        if self.is_host(lender):
+            return self.options.host_bandwidth, self.options.host_latency
+        link = self.problem.cluster.link(self.problem.devices[lender], self.problem.devices[d])
+        return link.bandwidth, link.latency
+
+    def relaxed(self) -> Problem:
+        """The problem with memory unconstrained: every device could hold the whole model."""
+        out = copy.copy(self.problem)
+        whole = self.problem.memory(list(range(self.problem.n_layers)))
+        out.capacity = [max(whole, cap) for cap in self.problem.capacity]
+        return out
+
+    def index(self, lender: str) -> int:
+        if lender not in self.names:
+            raise PlanError(f"unknown lender {lender!r}: the lenders are {', '.join(self.names)}"
+                            + ("" if self.options.host_memory else f" (a {HOST_PREFIX}NAME lender needs host_memory)"))
+        return self.names.index(lender)
+
+
+@dataclass
+class HarvestScore:
+    """A plan with loans, scored: stages in pipeline order (times with fetches, memory on the device)."""
+
+    stages: list[Stage]
+    bottleneck: float
+    latency: float
+    loans: list[Loan]
+    channels: list[Channel]
+    fetches: list[StageFetch]
+    memory: list[MemoryRow]
+    violation: str | None
+    objective: float  # the latency or the bottleneck, as the problem's objective asks
+
+
+def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | Sequence[int | None],
+          order: Sequence[str] | None = None) -> HarvestScore:
+    """Score an assignment whose layers keep weights with lenders: ``loans`` maps a layer name to a
+    lender name (``{"l3": "gpu2", "l4": "host:host0"}``), or gives a lender index or None per layer."""
+    problem = lending.problem
+    ev = evaluate(lending.relaxed(), assignment, order)
+    dev_of = [0] * problem.n_layers
+    for stage in ev.stages:
+        for name in stage.layers:
+            dev_of[problem.index[name]] = problem.devices.index(stage.device)
+    home = _homes(lending, loans)
+    violation = ev.violation
+    channel_bytes: dict[ChannelKey, int] = {}
+    channel_seconds: dict[ChannelKey, float] = {}
+    loan_rows: list[Loan] = []
+    borrowed = [0] * problem.n_devices
+    largest = [0] * problem.n_devices
+    lent = [0] * lending.n_lenders
+    for v, lender in enumerate(home):
+        if lender is None:
+            continue
+        d, nbytes = dev_of[v], problem.param_bytes[v]
+        if violation is None and lender not in lending.sources(d):
+            violation = (f"layer {problem.layers[v]!r} on {problem.devices[d]!r} may not borrow from "
+                         f"{lending.names[lender]!r}: {_why_not(lending, lender, d)}")
+        bandwidth, latency = lending.link(lender, d)
+        key = lending.channel(lender, d)
+        channel_bytes[key] = channel_bytes.get(key, 0) + nbytes
+        channel_seconds.setdefault(key, latency)
+        channel_seconds[key] += nbytes / bandwidth
+        loan_rows.append(Loan(problem.layers[v], problem.devices[d], lending.names[lender], nbytes,
+                              nbytes / bandwidth))
+        borrowed[d] += nbytes
+        largest[d] = max(largest[d], nbytes)
+        lent[lender] += nbytes
+    fetch = [0.0] * problem.n_devices
+    for (lender, target), seconds in channel_seconds.items():
+        readers = [target] if target is not None else sorted({dev_of[v] for v, h in enumerate(home) if h == lender})
+        for d in readers:
+            fetch[d] += seconds
+    serial = problem.options.comm == "serial"
+    stages: list[Stage] = []
+    own = [0] * problem.n_devices
+    for i, s in enumerate(ev.stages):
+        d = problem.devices.index(s.device)
+        t = s.compute + s.recv + s.send + fetch[d] if serial else max(s.compute, s.recv, s.send, fetch[d])
+        own[d] = problem.memory([problem.index[n] for n in s.layers]) - borrowed[d] + STAGING_BUFFERS * largest[d]
+        stages.append(Stage(i, s.device, s.layers, s.compute, s.recv, s.send, t, own[d], problem.capacity[d]))
+    memory = []
+    for lender, name in enumerate(lending.names):
+        mine = own[lender] if lender < problem.n_devices else 0
+        gave = borrowed[lender] if lender < problem.n_devices else 0
+        reserved = lending.reserved[lender] if lender < problem.n_devices else 0
+        cap = lending.capacity[lender]
+        memory.append(MemoryRow(name, cap + reserved, mine, lent[lender], gave, reserved, cap - mine - lent[lender]))
+        if violation is None and mine + lent[lender] > cap:
+            violation = (f"{name!r} needs {mine} bytes for its stage and lends {lent[lender]} but offers {cap} "
+                         f"after the margin and reservations: {mine + lent[lender] - cap} bytes short")
+    times = [s.time for s in stages]
+    bottleneck = max(times, default=0.0)
+    latency = sum(times) + (problem.options.microbatches - 1) * bottleneck  # the simulator's flow shop
+    if violation is None and bottleneck > problem.max_bottleneck:
+        violation = (f"bottleneck {bottleneck:.6g} s is above what min_throughput allows "
+                     f"({problem.max_bottleneck:.6g} s)")
+    channels = [Channel(lending.names[lender], problem.devices[target] if target is not None else "*",
+                        channel_bytes[(lender, target)], seconds, lending.link(lender, target or 0)[0])
+                for (lender, target), seconds in sorted(channel_seconds.items(), key=_channel_order)]
+    fetches = []
+    for s in stages:
+        d = problem.devices.index(s.device)
+        fetches.append(StageFetch(s.device, fetch[d], borrowed[d], STAGING_BUFFERS * largest[d]))
+    objective = latency if problem.options.objective == "latency" else bottleneck
+    return HarvestScore(stages, bottleneck, latency, loan_rows, channels, fetches, memory, violation, objective)
+
+
+def _channel_order(item: tuple[ChannelKey, float]) -> tuple[int, int]:
+    (lender, target), _ = item
+    return lender, -1 if target is None else target
+
+
+def _homes(lending: Lending, loans: Mapping[str, str] | Sequence[int | None]) -> list[int | None]:
+    """Lender index (None: at home) per layer, from either form :func:`score` takes."""
+    problem = lending.problem
+    if isinstance(loans, Mapping):
+        unknown = sorted(set(loans) - set(problem.index))
+        if unknown:
+            raise PlanError(f"a loan names layer {unknown[0]!r}, which model {problem.graph.model!r} does not have")
+        return [lending.index(loans[name]) if name in loans else None for name in problem.layers]
+    if len(loans) != problem.n_layers:
+        raise PlanError(f"loans must give a lender or None per layer: {len(loans)} for {problem.n_layers} layers")
+    return list(loans)
+
+
+def _why_not(lending: Lending, lender: int, d: int) -> str:
+    if lender == d:
+        return "a device cannot lend to itself"
+    if lending.is_host(lender):
+        return f"a device borrows only from its own host ({lending.names[lending.host_of[d] or 0]})" \
+            if lending.host_of[d] is not None else "no host tier"
+    return "it is not among the harvest lenders"
