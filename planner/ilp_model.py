@@ -197,7 +197,8 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
         for a, b in itertools.pairwise(cls):
             model.add(pos[a] < pos[b])
     used: list[IntVar] | None = None
-    if problem.options.max_devices is not None or count_used:
+    overhead = costs.overhead.tolist()
+    if problem.options.max_devices is not None or count_used or any(overhead):
         used = [model.new_bool_var(f"used[{d}]") for d in range(k)]
         for d in range(k):
             for v in range(n):
@@ -242,7 +243,8 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
     kept = problem.options.kept_microbatches
     ticks = costs.compute.tolist()
     for d in range(k):
-        model.add(compute[d] == sum(ticks[v][d] * x[v][d] for v in range(n)))
+        held = [overhead[d] * used[d]] if overhead[d] and used is not None else []
+        model.add(compute[d] == sum(ticks[v][d] * x[v][d] for v in range(n)) + sum(held))
         model.add(send[d] >= sum(c * y for c, y in send_terms[d]))
         model.add(recv[d] >= sum(c * y for c, y in recv_terms[d]))
         if serial:

@@ -53,6 +53,9 @@ class Ticks:
     compute: np.ndarray  # (n, k) int64: ticks(time[v][d])
     transfer: np.ndarray  # (n, k, k) int64: ticks(transfer(u, a, b)); 0 where nothing is sent
     horizon: int  # no compute, receive or send time of one device exceeds this
+    # (k,) int64: ticks(stage_overhead[d]), paid once by a device that holds a stage (a shared GPU's
+    # slice waits: Problem.stage_overhead); all 0 for most cost models
+    overhead: np.ndarray
 
     @classmethod
     def of(cls, problem: Problem, resolution: float | None = None) -> Ticks:
@@ -76,14 +79,15 @@ class Ticks:
         # The same sum, term by term, as the model has always used, so the scale does not move.
         # (transfer="per-edge" sends an output once per consumer, so it counts them)
         sent = [len(problem.succ[u]) if problem.options.transfer == "per-edge" else 1 for u in range(n)]
-        worst = sum(max(row) for row in problem.time) + sum(
+        worst = sum(max(row) for row in problem.time) + max(problem.stage_overhead, default=0.0) + sum(
             float(seconds[u].max()) * sent[u] for u in range(n) if problem.succ[u]) * (2 if serial else 1)
         scale = (resolution or resolution_for(problem)) / worst if worst > 0 else 1.0
         times = np.asarray(problem.time, dtype=np.float64).reshape(n, k)
         compute = np.floor(times * scale * _SHRINK).astype(np.int64)
         transfer = np.floor(seconds * scale * _SHRINK).astype(np.int64)
-        horizon = int(compute.max(axis=1).sum()) + round(worst * scale) + 1
-        return cls(scale, compute, transfer, horizon)
+        overhead = np.floor(np.asarray(problem.stage_overhead, dtype=np.float64) * scale * _SHRINK).astype(np.int64)
+        horizon = int(compute.max(axis=1).sum()) + int(overhead.max(initial=0)) + round(worst * scale) + 1
+        return cls(scale, compute, transfer, horizon, overhead)
 
     def ticks(self, seconds: float) -> int:
         """``seconds`` rounded down to ticks, like every term of the tables."""
@@ -99,6 +103,8 @@ class Ticks:
         k = problem.n_devices
         dev = np.asarray(dev_of, dtype=np.int64)
         compute = np.bincount(dev, weights=self.compute[np.arange(len(dev)), dev], minlength=k)
+        held = np.unique(dev)
+        compute[held] += self.overhead[held]  # once per device that holds a stage
         recv, send = np.zeros(k), np.zeros(k)
         for u, a in enumerate(dev_of):
             for b in problem.receivers(u, dev_of):

@@ -90,3 +90,27 @@ def test_a_profile_row_whose_text_contradicts_its_columns_is_refused() -> None:
         contention_from_row({**row, "contention_kind": "memory"})
     with pytest.raises(ValueError, match="contention column is unreadable"):
         contention_from_row({**row, "contention": "busy"})
+
+
+def test_the_ilp_plans_with_the_stage_overhead() -> None:
+    """A loaded GPU's slice wait (paid once per stage) makes a stage there cost more than its layers
+    save: the ILP sees it, so its plan is the simulator's optimum over every assignment, proven."""
+    import itertools
+
+    from planner.ilp import SolverOptions, solve
+
+    cluster = Cluster.from_dict({
+        "name": "idle-and-loaded",
+        "devices": [{"id": f"g{i}", "type": H100, "memory": "80GiB", "peak_flops": "67TFLOPS",
+                     "mem_bandwidth": "3.35TB/s", "load": Contention.parse(load).model_dump()}
+                    for i, load in enumerate(("idle", "1xcompute"))],
+        "topology": {"intra_host": {"bandwidth": 1e18, "latency": 0.0}},
+    })
+    problem = Problem(_graph(6), cluster, GpuCostModel(PARAMS), PlanOptions(memory_margin=0.0))
+    assert problem.stage_overhead == pytest.approx([5e-5, 2.5e-4])
+    best = min(e.bottleneck for dev_of in itertools.product(range(2), repeat=6)
+               if (e := evaluate(problem, list(dev_of))).valid)
+    assert best == pytest.approx(6e-5 + 5e-5)  # everything on the idle GPU: one stage, one entry
+    plan = solve(problem, SolverOptions(time_limit=10, workers=1, seed=0))
+    assert plan.certificate.status == "OPTIMAL"
+    assert plan.objective_value == pytest.approx(best) and {s.device for s in plan.stages} == {"g0"}
