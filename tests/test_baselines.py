@@ -12,8 +12,6 @@ from collections.abc import Iterator
 
 import pytest
 
-from costmodel.analytic import RooflineModel
-from costmodel.graph import Layer, ModelGraph
 from costmodel.zoo import capture_model
 from planner.baselines import (
     BASELINES,
@@ -26,43 +24,9 @@ from planner.baselines import (
 )
 from planner.cluster import Cluster, load_cluster
 from planner.plan import Plan
-from planner.problem import PlanError, PlanOptions, Problem
+from planner.problem import PlanError, Problem
 from planner.simulate import evaluate, violation
-
-G = 10**9
-TIMES = [1, 2, 3, 1, 1, 4]  # seconds per layer
-DATA = [1, 7, 1, 1, 1]  # seconds for each layer's output to cross a link; cutting b|c is expensive
-PARAMS = [1, 1, 1, 1, 1, 8]
-NAMES = "abcdef"
-
-
-def make_chain(times: list[int], data: list[int], params: list[int] | None = None) -> ModelGraph:
-    graph = ModelGraph("chain", batch_size=1)
-    for i, seconds in enumerate(times):
-        graph.add_layer(Layer(NAMES[i] if len(times) <= len(NAMES) else f"l{i}", "linear", "Linear", i,
-                              flops=seconds * G, bytes_read=0, bytes_written=0,
-                              param_bytes=(params or [0] * len(times))[i], activation_bytes=0, kernels=0))
-    names = [layer.name for layer in graph.layers]
-    for i, seconds in enumerate(data):
-        graph.add_edge(names[i], names[i + 1], seconds * G)
-    return graph
-
-
-def make_cluster(peaks: tuple[float, ...] = (1e9, 1e9, 1e9), memory: int = 10**6,
-                 links: list[dict[str, object]] | None = None) -> Cluster:
-    return Cluster.from_dict({
-        "name": "toy-cluster",
-        "devices": [{"id": f"d{i}", "memory": memory, "peak_flops": p, "mem_bandwidth": 1e18}
-                    for i, p in enumerate(peaks)],
-        "topology": {"intra_host": {"bandwidth": 1e9, "latency": 0}},
-        "links": links or [],
-    })
-
-
-def make_problem(graph: ModelGraph | None = None, cluster: Cluster | None = None, **options: object) -> Problem:
-    opts = PlanOptions(**{"memory_margin": 0.0, **options})  # type: ignore[arg-type]
-    return Problem(graph or make_chain(TIMES, DATA, PARAMS), cluster or make_cluster(),
-                   RooflineModel(overhead=0.0), opts)
+from tests.planner_problems import DATA, TIMES, G, make_chain, make_cluster, make_problem
 
 
 def splits(n: int, k: int) -> Iterator[list[int]]:

@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from costmodel.graph import ModelGraph
-
-
-def run(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeplan", *args], capture_output=True, text=True,
-                          timeout=300, cwd=cwd)
+from tests.cli_run import run
 
 
 @pytest.mark.slow

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_run import run
 from tests.executor_helpers import cpu_cluster
-from tests.test_cli import run
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = str(ROOT / "examples" / "models" / "my_model.py") + ":build"

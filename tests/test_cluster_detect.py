@@ -9,7 +9,7 @@ import pytest
 
 from planner.cluster import load_cluster
 from planner.detect import GpuLink, detect_cluster, gpu_pair_link, pcie_bandwidth
-from tests.test_cli import run
+from tests.cli_run import run
 
 
 def test_detected_cores_are_measured_and_pinned() -> None:

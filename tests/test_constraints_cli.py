@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from planner.builder import GraphBuilder
-from tests.test_cli import run
+from tests.cli_run import run
 
 
 def graph_file(tmp_path: Path) -> Path:

@@ -18,7 +18,7 @@ from planner.constraints import Pin
 from planner.ilp import solve
 from planner.problem import PlanError, PlanOptions, Problem
 from planner.simulate import evaluate, violation
-from tests.test_ilp import EXACT, REL, ROOFLINE, cluster_of, draw_dag, graph_of, score
+from tests.planner_problems import EXACT, REL, ROOFLINE, cluster_of, draw_dag, graph_of, score
 
 Rules = tuple[list[tuple[int, int]], list[list[int]], list[int]]  # pins (layer, device), groups, forbidden
 

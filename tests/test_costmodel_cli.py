@@ -7,7 +7,7 @@ from pathlib import Path
 
 from costmodel.dataset import read_dataset, write_rows
 from costmodel.registry import SHIPPED_DATASET
-from tests.test_cli import run
+from tests.cli_run import run
 
 
 def test_profile_measures_the_layers_asked_for_under_each_level(tmp_path: Path) -> None:

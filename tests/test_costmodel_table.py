@@ -9,17 +9,9 @@ import pytest
 
 from costmodel.registry import load_cost_model
 from costmodel.table import TableCostModel, TableError
-from planner.cluster import Cluster
 from planner.ilp import SolverOptions, solve
 from planner.problem import PlanOptions, Problem
-
-
-def two_types() -> Cluster:
-    devices = [{"id": "fast", "type": "A100", "memory": 2**30, "peak_flops": 1e9, "mem_bandwidth": 1e12},
-               {"id": "slow", "type": "T4", "memory": 2**30, "peak_flops": 1e9, "mem_bandwidth": 1e12}]
-    return Cluster.from_dict({"name": "pair", "devices": devices,
-                              "links": [{"a": "fast", "b": "slow", "bandwidth": 1e9, "latency": 0.0}]})
-
+from tests.cost_tables import two_types
 
 JSON_TABLE = {"format": "pipeplan.costs", "version": 1,
               "times": {"a": {"A100": 0.004, "T4": 0.008}, "b": {"A100": 0.002, "T4": 0.003},

@@ -2,63 +2,28 @@
 
 from __future__ import annotations
 
-import itertools
-from typing import Any
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel.analytic import RooflineModel
-from costmodel.graph import Layer, ModelGraph
 from costmodel.zoo import capture_model
 from planner.baselines import BASELINES, chain_dp
-from planner.cluster import Cluster, load_cluster
+from planner.cluster import load_cluster
 from planner.ilp import SolverOptions, solve
 from planner.problem import PlanError, PlanOptions, Problem
-from planner.simulate import evaluate, violation
-
-EXACT = SolverOptions(time_limit=30.0, workers=2, seed=0)
-ROOFLINE = RooflineModel(overhead=0.0)
-REL = 1e-5  # the solver works in integer ticks of ~1e-7 of the largest stage time
-
-
-def graph_of(flops: list[int], edges: list[tuple[int, int, int]], params: list[int] | None = None,
-             acts: list[int] | None = None) -> ModelGraph:
-    """Layers with ``flops`` (1e6 FLOPs = 1 ms on a 1 GFLOP/s device), no bytes, no overhead."""
-    g = ModelGraph("toy", batch_size=1)
-    for i, f in enumerate(flops):
-        p = params[i] if params else 0
-        a = acts[i] if acts else 0
-        g.add_layer(Layer(f"l{i}", "linear", "Linear", i, f, 0, a, p, a, 0))
-    for u, v, b in edges:
-        g.add_edge(f"l{u}", f"l{v}", b)
-    return g
-
-
-def cluster_of(speeds: list[float], bandwidth: float | list[list[float]] = 1e9, latency: float = 0.0,
-               memory: int = 2**30) -> Cluster:
-    devices = [{"id": f"d{i}", "memory": memory, "peak_flops": s * 1e9, "mem_bandwidth": 1e12}
-               for i, s in enumerate(speeds)]
-    links: list[dict[str, Any]] = []
-    for a, b in itertools.combinations(range(len(speeds)), 2):
-        bw = bandwidth if isinstance(bandwidth, float) else bandwidth[a][b]
-        links.append({"a": f"d{a}", "b": f"d{b}", "bandwidth": bw, "latency": latency})
-    return Cluster.from_dict({"name": "toy", "devices": devices, "links": links})
-
-
-def brute_force(problem: Problem) -> float:
-    """The best objective over every assignment of layers to devices (order does not change it)."""
-    best = float("inf")
-    for dev_of in itertools.product(range(problem.n_devices), repeat=problem.n_layers):
-        ev = evaluate(problem, list(dev_of))
-        if ev.violation is None:
-            best = min(best, ev.latency if problem.options.objective == "latency" else ev.bottleneck)
-    return best
-
-
-def score(problem: Problem, plan: Any) -> float:
-    return plan.latency if problem.options.objective == "latency" else plan.bottleneck
+from planner.simulate import violation
+from tests.planner_problems import (
+    EXACT,
+    REL,
+    ROOFLINE,
+    brute_force,
+    chain_problems,
+    cluster_of,
+    draw_dag,
+    graph_of,
+    score,
+)
 
 
 def test_three_layers_two_devices_exact_optimum() -> None:
@@ -135,15 +100,6 @@ def test_memory_forces_a_split() -> None:
     assert plan.bottleneck == pytest.approx(0.002, rel=REL)
 
 
-def draw_dag(draw: st.DrawFn) -> tuple[list[int], list[tuple[int, int, int]]]:
-    """A random DAG of 2–6 layers: FLOPs per layer, and edges (u, v, bytes) from earlier to later."""
-    n = draw(st.integers(2, 6))
-    flops = [draw(st.integers(0, 9)) * 1_000_000 for _ in range(n)]
-    edges = [(u, v, draw(st.sampled_from([0, 250_000, 1_000_000, 3_000_000])))
-             for u in range(n) for v in range(u + 1, n) if draw(st.booleans())]
-    return flops, edges
-
-
 @st.composite
 def random_problems(draw: st.DrawFn) -> Problem:
     flops, edges = draw_dag(draw)
@@ -169,17 +125,6 @@ def test_ilp_matches_brute_force_on_random_dags(problem: Problem) -> None:
         except PlanError:  # e.g. a latency floor the baseline misses
             continue
         assert score(problem, plan) <= score(problem, other) * (1 + 1e-9), name
-
-
-@st.composite
-def chain_problems(draw: st.DrawFn) -> Problem:
-    """A chain of 2–9 layers on 2–4 identical devices, where the chain DP is exact."""
-    work = draw(st.lists(st.integers(1, 9), min_size=2, max_size=9))
-    k = draw(st.integers(2, 4))
-    nbytes = draw(st.sampled_from([0, 500_000, 2_000_000]))
-    g = graph_of([w * 1_000_000 for w in work], [(i, i + 1, nbytes) for i in range(len(work) - 1)])
-    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2)
-    return Problem(g, cluster_of([1.0] * k, latency=1e-4), ROOFLINE, options)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])

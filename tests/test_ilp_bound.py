@@ -19,52 +19,18 @@ from planner.ilp_model import build_model
 from planner.ilp_ticks import Ticks
 from planner.problem import PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_ilp import EXACT, REL, ROOFLINE, brute_force, chain_problems, cluster_of, draw_dag, graph_of
-
-
-def tick_optimum(problem: Problem, costs: Ticks) -> int:
-    """The least bottleneck in ticks over every valid assignment: the model's optimum."""
-    best = None
-    for dev_of in itertools.product(range(problem.n_devices), repeat=problem.n_layers):
-        if evaluate(problem, list(dev_of)).violation is None:
-            value = costs.bottleneck(problem, dev_of)
-            best = value if best is None else min(best, value)
-    assert best is not None
-    return best
-
-
-@st.composite
-def problems(draw: st.DrawFn) -> Problem:
-    """Random DAGs on clusters with several link classes, tight memory and device limits."""
-    flops, edges = draw_dag(draw)
-    k = draw(st.integers(2, 4))
-    params = [draw(st.sampled_from([0, 100, 300])) * 2**20 for _ in flops]
-    speeds = [draw(st.sampled_from([1.0, 2.0])) for _ in range(k)]
-    hosts = [draw(st.integers(0, 1)) for _ in range(k)]  # same host: fast link, else slow
-    bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(k)] for a in range(k)]
-    max_devices = draw(st.sampled_from([None, None, 1, 2]))
-    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2,
-                          memory_margin=0.0, max_devices=max_devices)
-    return Problem(graph_of(flops, edges, params=params), cluster_of(speeds, bw, latency=1e-4, memory=2**29),
-                   ROOFLINE, options)
-
-
-@st.composite
-def broadcast_problems(draw: st.DrawFn) -> Problem:
-    """A chain read by one broadcast layer (position ids, a mask) at several points, on two hosts."""
-    n = draw(st.integers(5, 7))
-    k = draw(st.integers(3, 4))
-    flops = [draw(st.integers(1, 9)) * 1_000_000 for _ in range(n)]
-    chain = [(v, v + 1, draw(st.sampled_from([250_000, 1_000_000, 3_000_000]))) for v in range(1, n - 1)]
-    readers = draw(st.lists(st.integers(1, n - 1), min_size=3, max_size=n - 1, unique=True))
-    nbytes = draw(st.sampled_from([100_000, 1_000_000]))
-    skips = [(u, u + 2, 500_000) for u in range(1, n - 2) if draw(st.booleans())]
-    speeds = [draw(st.sampled_from([1.0, 2.0])) for _ in range(k)]
-    hosts = [d % 2 for d in range(k)]
-    bw = [[4e9 if hosts[a] == hosts[b] else 0.5e9 for b in range(k)] for a in range(k)]
-    options = PlanOptions(comm=draw(st.sampled_from(["overlap", "serial"])), microbatches=2)
-    return Problem(graph_of(flops, chain + [(0, r, nbytes) for r in readers] + skips),
-                   cluster_of(speeds, bw, latency=1e-4), ROOFLINE, options)
+from tests.planner_problems import (
+    EXACT,
+    REL,
+    ROOFLINE,
+    broadcast_problems,
+    brute_force,
+    chain_problems,
+    cluster_of,
+    graph_of,
+    problems,
+    tick_optimum,
+)
 
 
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -17,8 +17,15 @@ from planner.ilp_ticks import Ticks
 from planner.plan import relative_gap
 from planner.problem import PlanError, PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_ilp import ROOFLINE, brute_force, cluster_of, graph_of
-from tests.test_ilp_bound import broadcast_problems, problems, tick_optimum
+from tests.planner_problems import (
+    ROOFLINE,
+    broadcast_problems,
+    brute_force,
+    cluster_of,
+    graph_of,
+    problems,
+    tick_optimum,
+)
 
 
 def cluster_with(speeds: list[float], memory: list[int]) -> Cluster:

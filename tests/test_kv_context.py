@@ -8,7 +8,7 @@ from costmodel.source import capture_source
 from planner.cluster import load_cluster
 from planner.problem import PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_cli import run
+from tests.cli_run import run
 
 
 def _stage_memory(kv_context: int | None) -> int:

@@ -21,8 +21,8 @@ from planner.cluster import load_cluster
 from planner.plan import Certificate, Plan
 from planner.problem import PlanOptions, Problem
 from planner.simulate import make_plan
+from tests.cli_run import run
 from tests.executor_helpers import cpu_cluster
-from tests.test_cli import run
 
 XEON, EPYC = SHIPPED[0].model, SHIPPED[1].model
 

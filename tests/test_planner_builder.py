@@ -10,7 +10,7 @@ from planner.builder import GraphBuilder
 from planner.ilp import SolverOptions, solve
 from planner.problem import PlanError, PlanOptions, Problem
 from planner.simulate import evaluate
-from tests.test_ilp import cluster_of
+from tests.planner_problems import cluster_of
 
 ROOFLINE = RooflineModel(overhead=0.0)
 

@@ -13,7 +13,7 @@ from planner.ilp_exact import EXACT_TOLERANCE
 from planner.ilp_ticks import Ticks
 from planner.plan import Plan, SolverDetails
 from planner.problem import PlanOptions, Problem
-from tests.test_ilp import ROOFLINE, cluster_of, graph_of
+from tests.planner_problems import ROOFLINE, cluster_of, graph_of
 
 EXACT = SolverOptions(time_limit=30.0, workers=1, seed=0)
 HEAVY = 1_000_000_000  # 1 s on a 1 GFLOP/s device

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from planner.problem import PlanError
-from tests.test_baselines import DATA, PARAMS, TIMES, make_chain, make_cluster, make_problem
+from tests.planner_problems import DATA, PARAMS, TIMES, make_chain, make_cluster, make_problem
 
 
 def test_a_device_too_slow_to_time_is_named() -> None:

@@ -19,7 +19,7 @@ from executor.profile_model import ModelProfileSettings, profile_source
 from planner.cluster import load_cluster
 from planner.ilp import SolverOptions, solve
 from planner.problem import PlanOptions, Problem
-from tests.test_cli import run
+from tests.cli_run import run
 
 QUICK = ModelProfileSettings(levels=(Contention(), Contention.parse("1xcompute")), min_passes=3,
                              seconds_per_level=0.05, warmup=1)

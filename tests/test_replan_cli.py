@@ -7,8 +7,8 @@ import json
 import re
 from pathlib import Path
 
-from tests.test_cli import run
-from tests.test_replan import LOADED, current_plan, two_layers
+from tests.cli_run import run
+from tests.replan_problems import LOADED, current_plan, two_layers
 
 
 def test_replan_prints_the_moves_and_the_decision(tmp_path: Path) -> None:

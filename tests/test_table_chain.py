@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from costmodel.table import LayerSizes, TableError, load_table
-from tests.test_cli import run
-from tests.test_costmodel_table import two_types
+from tests.cli_run import run
+from tests.cost_tables import two_types
 
 GIB = 2**30
 CSV = f"""layer,A100,T4,output_bytes,param_bytes
