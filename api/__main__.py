@@ -1,5 +1,6 @@
-"""``python -m api serve|token create``: the service's own commands, as ``pipeplan serve`` and
-``pipeplan token create`` run them, without loading the rest of the ``pipeplan`` command line."""
+"""``python -m api serve|worker|token …``: the service's own commands, as ``pipeplan serve``,
+``pipeplan worker`` and ``pipeplan token …`` run them, without loading the rest of the ``pipeplan``
+command line."""
 
 from __future__ import annotations
 

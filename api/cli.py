@@ -1,7 +1,8 @@
 """Subcommands of ``pipeplan`` that belong to this package (registered by :mod:`pipeplan.cli`).
 
-``pipeplan serve`` runs the planning service; ``pipeplan token create|list|revoke`` manage its
-bearer tokens (a revocation takes effect at the server's next request: it asks the database).
+``pipeplan serve`` runs the planning service; ``pipeplan worker`` solves its queued jobs (with
+``PIPEPLAN_JOB_QUEUE=postgresql``); ``pipeplan token create|list|revoke`` manage its bearer tokens
+(a revocation takes effect at the server's next request: it asks the database).
 Heavy imports happen inside the command functions so that ``pipeplan --help`` answers at once.
 """
 
@@ -53,10 +54,38 @@ def cmd_serve(args: argparse.Namespace) -> None:
             "serving on %s with open reads: anyone who reaches it can read plans and clusters "
             "(set PIPEPLAN_READ_AUTH=token to require a token)", args.host)
     _check_database(settings.database_url)
+    from api.planning import stopping
+
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            stopping.set()  # requests waiting for a job answer 202 now, instead of being cut at the end
+            super().handle_exit(sig, frame)
+
     # Our access log (api.access) carries the request ID; uvicorn's own is off.
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level=args.log_level, access_log=False,
-                log_config=logging_config(args.log_level, settings.log_format, args.access_log),
-                timeout_graceful_shutdown=10)
+    config = uvicorn.Config(create_app(settings), host=args.host, port=args.port, log_level=args.log_level,
+                            access_log=False, timeout_graceful_shutdown=10,
+                            log_config=logging_config(args.log_level, settings.log_format, args.access_log))
+    server = Server(config)
+    server.run()
+    if not server.started:
+        raise ServiceError(f"the service could not start on {args.host}:{args.port} (see the log above)")
+
+
+def cmd_worker(args: argparse.Namespace) -> None:
+    import logging.config
+
+    from api.logs import logging_config
+    from api.queue_worker import QueueWorker
+
+    if args.workers is not None and args.workers < 1:
+        raise ServiceError(f"--workers must be at least 1, got {args.workers}")
+    settings = _settings(workers=args.workers)
+    if settings.job_queue != "postgresql":
+        raise ServiceError("pipeplan worker takes jobs from the durable queue: set PIPEPLAN_JOB_QUEUE=postgresql "
+                           "and a PostgreSQL PIPEPLAN_DATABASE_URL (the servers need the same)")
+    _check_database(settings.database_url)
+    logging.config.dictConfig(logging_config(args.log_level, settings.log_format, access=False))
+    QueueWorker(settings, settings.workers).run()
 
 
 def _check_database(url: str) -> None:
@@ -142,6 +171,16 @@ def register(sub: Any) -> None:
     p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
     p.add_argument("--no-access-log", dest="access_log", action="store_false", help="do not log each request")
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("worker", help="solve the service's queued jobs (PIPEPLAN_JOB_QUEUE=postgresql)",
+                       description="Take jobs from the service's durable queue (PIPEPLAN_JOB_QUEUE=postgresql, on "
+                       "the PostgreSQL database of PIPEPLAN_DATABASE_URL) and solve them in N processes, on this "
+                       "machine, beside any number of servers and other workers. SIGTERM or Ctrl-C drains: no new "
+                       "jobs; running ones may finish for PIPEPLAN_DRAIN_TIMEOUT seconds, the rest are handed back.")
+    p.add_argument("--workers", type=int, metavar="N",
+                   help="solver processes, and so jobs at once (default PIPEPLAN_WORKERS, else up to 4 by CPU count)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=cmd_worker)
 
     p = sub.add_parser("token", help="bearer tokens for the service's writes")
     tokens = p.add_subparsers(dest="token_command", metavar="ACTION", required=True)

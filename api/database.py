@@ -30,6 +30,9 @@ T = TypeVar("T")
 
 _MIGRATIONS = Path(__file__).parent / "migrations"
 
+# PostgreSQL advisory lock keys of the service (any 64-bit number no other program on the database uses).
+MIGRATION_LOCK = 0x70697065706C0001
+
 
 def private_file(path: Path) -> None:
     """Create ``path`` (and the folders missing above it) readable by this user only: 0600 and 0700.
@@ -134,6 +137,9 @@ class Database:
         config = Config()
         config.set_main_option("script_location", str(_MIGRATIONS))
         with self.engine.begin() as conn:
+            if self.backend == "postgresql":
+                # Replicas starting together migrate one at a time (the lock ends with the transaction).
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": MIGRATION_LOCK})
             config.attributes["connection"] = conn
             command.upgrade(config, "head")
         log.info("database %s at the newest schema", self.engine.url.render_as_string(hide_password=True))

@@ -16,6 +16,7 @@ from api.errors import ApiError
 from api.metrics import Metrics
 from api.planning import Planning
 from api.pool import WorkerPool
+from api.queue import JobQueue
 from api.registry import Registry
 from api.schemas.common import ErrorResponse
 from api.settings import Settings
@@ -29,7 +30,7 @@ __all__ = ["ERRORS", "Predictor", "PrincipalDep", "Reader", "Services", "Service
 class Services:
     settings: Settings
     db: Database
-    pool: WorkerPool
+    pool: WorkerPool | None  # the server's own solvers; None when jobs go through the durable queue
     registry: Registry
     costmodels: CostModels
     zoo: ZooCatalog
@@ -37,6 +38,7 @@ class Services:
     tokens: TokenChecker
     metrics: Metrics
     predictors: WorkerPool  # cost predictions, apart from the solvers
+    queue: JobQueue | None = None  # the durable queue (PIPEPLAN_JOB_QUEUE=postgresql)
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in the threadpool, and a

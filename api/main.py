@@ -25,6 +25,7 @@ from api.logs import RequestIdMiddleware
 from api.metrics import Metrics, MetricsMiddleware
 from api.planning import Planning
 from api.pool import Limits, WorkerPool
+from api.queue import JobQueue, ensure_schema
 from api.ratelimit import RateLimitMiddleware
 from api.registry import Registry
 from api.resolve import Resolver
@@ -57,31 +58,45 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         db = Database(settings.database_url)
         db.migrate()
-        with db.write() as session:
-            stale = recover_jobs(session)
-        if stale:
-            log.warning("%d jobs were unfinished when the service last stopped; marked failed", stale)
         limits = Limits(settings.job_memory, settings.worker_max_jobs, settings.worker_max_rss)
-        pool = WorkerPool(settings.workers, settings.queue_size, limits)
-        predictors = WorkerPool(settings.predict_workers, settings.queue_size, limits, name="predict")
-        pool.start()
+        pool: WorkerPool | None = None
+        queue: JobQueue | None = None
+        if settings.job_queue == "postgresql":
+            # Solves go through the durable queue to `pipeplan worker` processes; other replicas' jobs
+            # are theirs to finish, and a job whose worker died comes back when its lease expires.
+            ensure_schema(db)
+            queue = JobQueue(db, settings.queue_size, settings.queue_lease)
+        else:
+            with db.write() as session:
+                stale = recover_jobs(session)
+            if stale:
+                log.warning("%d jobs were unfinished when the service last stopped; marked failed", stale)
+            pool = WorkerPool(settings.workers, settings.queue_size, limits, log_format=settings.log_format)
+            pool.start()
+            metrics.watch_pool(pool.stats)
+        predictors = WorkerPool(settings.predict_workers, settings.queue_size, limits, name="predict",
+                                log_format=settings.log_format)
         predictors.start()
-        metrics.watch_pool(pool.stats)
         registry = Registry(settings.max_devices)
         costmodels = CostModels(settings.costmodel_dir)
         zoo = ZooCatalog(settings.capture_timeout, settings.retry_after)
         resolver = Resolver(db, settings, registry, costmodels, zoo)
         planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after,
-                            settings.idempotency_ttl)
+                            settings.idempotency_ttl, queue)
         app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning,
                                       TokenChecker(db, settings.token_cache_ttl),
-                                      metrics, predictors)
-        log.info("pipeplan service: %s database, %d workers, reads %s", db.backend, settings.workers,
-                 settings.read_auth)
+                                      metrics, predictors, queue)
+        if queue is not None:
+            log.info("pipeplan service: %s database, jobs in its durable queue, reads %s", db.backend,
+                     settings.read_auth)
+        else:
+            log.info("pipeplan service: %s database, %d workers, reads %s", db.backend, settings.workers,
+                     settings.read_auth)
         try:
             yield
         finally:
-            pool.close()
+            if pool is not None:
+                pool.close()
             predictors.close()
             db.dispose()
 

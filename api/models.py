@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -141,10 +141,15 @@ class ReservationRow(Base):
 
 
 class JobRow(Base):
-    """A solve run by the worker pool: queued → running → done | failed.
+    """A solve run by the worker pool: queued → running → done | failed | cancelled.
 
     The partial unique index is the claim on a request key: inserting a second active job for the
     same key fails in the database, so identical requests, from any thread or replica, share one job.
+
+    With the durable queue (``PIPEPLAN_JOB_QUEUE=postgresql``) a job also has ``spec`` (what a worker
+    on another machine needs to run and store it; cleared when it ends), ``queue_id`` (its job in the
+    queue library's table), ``worker`` (the ``host:pid`` of the queue worker that claimed it) and
+    ``attempts`` (claims so far: a worker records an outcome only while the claim is still its own).
     """
 
     __tablename__ = "jobs"
@@ -165,6 +170,10 @@ class JobRow(Base):
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
     owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    spec: Mapped[str | None] = mapped_column(Text, nullable=True)
+    queue_id: Mapped[int | None] = mapped_column(BigInteger, nullable=True)
+    worker: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
 
 
 class IdempotencyRow(Base):

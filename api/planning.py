@@ -10,8 +10,11 @@ The path of ``POST /v1/plans``:
 4. otherwise write a queued job and hand it to the pool (full: 503 with Retry-After), wait up to
    ``wait`` seconds: answer 201 with the plan, 422 with the planner's reason, or 202 with the job.
 
-Bookkeeping when a job ends (store the graph, the plan, its reservations; finish the job) runs on
-the pool's callback thread, so it happens even when no request waits any more.
+Bookkeeping when a job ends (store the graph, the plan, its reservations; finish the job:
+:func:`api.jobspec.record_outcome`) runs on the pool's callback thread, so it happens even when no
+request waits any more.  With the durable queue (:mod:`api.queue`) step 4 writes the job and its
+queue entry in one transaction instead, a ``pipeplan worker`` runs and records it, and the request
+follows the job's row.
 """
 
 from __future__ import annotations
@@ -34,21 +37,29 @@ from starlette.concurrency import run_in_threadpool
 from api.database import Database
 from api.errors import USER_ERRORS, ApiError, loc_for_error
 from api.idempotency import Claim, claim, fingerprint, record, scope_key
-from api.keys import canonical, request_key
+from api.jobspec import JobSpec, record_outcome, reserve_plan
+from api.keys import canonical
+from api.logs import request_id
 from api.metrics import Metrics
 from api.models import ACTIVE, JobRow, PlanRow
 from api.pool import Outcome, QueueFull, Task, WorkerPool
+from api.queue import JobQueue
 from api.registry import Registry
 from api.resolve import Prepared, Resolver
 from api.schemas.common import ZooModelRef
 from api.schemas.plans import CompareCreate, PlanCreate
-from api.store import finish_job, job_view, new_id, plan_json, save_graph, start_job
+from api.store import job_view, new_id, plan_json, start_job
 
-__all__ = ["Answer", "Planning"]
+__all__ = ["Answer", "Planning", "stopping"]
 
 log = logging.getLogger(__name__)
 
 _PLANS = PlanRow.__table__
+
+# Set when this server is told to stop (SIGTERM, SIGINT): requests still waiting for a job answer 202
+# with the job at once, instead of being cut when the server's grace period ends.  The job goes on:
+# in the durable queue, or in this server's pool until the pool closes.
+stopping = threading.Event()
 
 
 @dataclass(frozen=True)
@@ -81,9 +92,12 @@ def _finished_of(row: JobRow) -> _Finished:
 
 
 class Planning:
-    def __init__(self, db: Database, pool: WorkerPool, registry: Registry, resolver: Resolver,
-                 metrics: Metrics, sync_wait: float, retry_after: int, idempotency_ttl: float = 86_400.0) -> None:
-        self.db, self.pool, self.registry, self.resolver = db, pool, registry, resolver
+    def __init__(self, db: Database, pool: WorkerPool | None, registry: Registry, resolver: Resolver,
+                 metrics: Metrics, sync_wait: float, retry_after: int, idempotency_ttl: float = 86_400.0,
+                 queue: JobQueue | None = None) -> None:
+        """Jobs run in ``pool``, this server's own worker processes, or through ``queue`` (then ``pool``
+        is None): the durable queue that ``pipeplan worker`` processes take them from."""
+        self.db, self.pool, self.registry, self.resolver, self.queue = db, pool, registry, resolver, queue
         self.metrics = metrics
         self.sync_wait = sync_wait
         self.retry_after = retry_after
@@ -187,8 +201,7 @@ class Planning:
         return session.execute(query.limit(1)).first() is not None
 
     def _reserve(self, session: Any, row: PlanRow) -> None:
-        if not row.reserved and self.registry.reserve(session, row.cluster, row.id, json.loads(row.loads)):
-            row.reserved, row.released_at = True, None
+        reserve_plan(session, self.registry, row)
 
     # -- solving ----------------------------------------------------------------------------------
 
@@ -196,6 +209,9 @@ class Planning:
         """The job solving ``prep``: a new one, or the active one with the same key, claimed atomically
         by the database's unique index (a job of another process has no future here: None); or the
         stored answer of an identical job that finished a moment ago."""
+        if self.queue is not None:
+            return self._enqueue(prep, self.queue)
+        assert self.pool is not None
         with self._lock:
             running = self._inflight.get(prep.key)
             if running is not None:
@@ -234,9 +250,11 @@ class Planning:
             self._forget(prep.key, job_id, future, _Finished(Outcome(False, error="busy", error_type="QueueFull")))
             raise ApiError(503, "could not claim the request's job; retry", [], "busy",
                            headers={"Retry-After": str(self.retry_after)})
-        task = Task(job_id, prep.kind, self.resolver.payload(prep), prep.timeout, prep.timeout_note,
+        spec = JobSpec.of(prep, self.resolver.payload(prep), request_id.get())
+        task = Task(job_id, prep.kind, spec.payload, prep.timeout, prep.timeout_note,
                     on_start=self._started,
-                    on_done=lambda task, outcome: self._done(prep, task, outcome, future))
+                    on_done=lambda task, outcome: self._done(spec, prep.key, task, outcome, future),
+                    request_id=spec.request_id)
         try:
             self.pool.submit(task)
         except QueueFull:
@@ -250,6 +268,49 @@ class Planning:
         self.metrics.jobs.labels(kind=prep.kind, event="queued").inc()
         return job_id, future, False
 
+    def _enqueue(self, prep: Prepared, queue: JobQueue) -> tuple[str, Future[_Finished] | None, bool] | Answer:
+        """:meth:`_submit` through the durable queue: the job's row and its queue entry in one
+        transaction; the key claimed by the same unique index; the queue's bound counted in the database."""
+        spec = JobSpec.of(prep, self.resolver.payload(prep), request_id.get()).to_json()
+        for _ in range(3):
+            job_id = new_id()
+            try:
+                with self.db.write() as session:
+                    if not queue.has_room(session):
+                        raise QueueFull
+                    session.add(JobRow(id=job_id, kind=prep.kind, status="queued", key=prep.key, owner=prep.owner,
+                                       request=canonical(prep.request), spec=spec))
+                    session.flush()
+                    if self._answered(session, prep):
+                        raise _AlreadyDone
+                    queue.enqueue(session, job_id)
+                self.metrics.jobs.labels(kind=prep.kind, event="queued").inc()
+                return job_id, None, False
+            except QueueFull:
+                raise self._busy() from None
+            except _AlreadyDone:
+                with self.db.read() as session:
+                    cached = self._cached(session, prep)
+                if cached is not None:
+                    return cached
+            except IntegrityError:  # an identical job is active: follow it
+                with self.db.read() as session:
+                    other = session.execute(select(JobRow.id).where(JobRow.key == prep.key,
+                                                                    JobRow.status.in_(ACTIVE))).scalar()
+                if other is not None:
+                    return other, None, True
+        raise ApiError(503, "could not claim the request's job; retry", [], "busy",
+                       headers={"Retry-After": str(self.retry_after)})
+
+    def cancel(self, job_id: str, why: str) -> bool:
+        """Cancel job ``job_id`` if this server can reach it: in its own pool (the pool's callback records
+        the end), or through the queue, from any server (recorded at once; its worker stops the solve).
+        False when it is not reachable from here."""
+        if self.queue is not None:
+            return self.queue.cancel(job_id, why)
+        assert self.pool is not None
+        return self.pool.cancel(job_id, why)
+
     def _forget(self, key: str, job_id: str, future: Future[_Finished], finished: _Finished) -> None:
         """Drop a job that will not run; requests that attached to it meanwhile get ``finished``."""
         with self._lock:
@@ -258,6 +319,11 @@ class Planning:
         future.set_result(finished)
 
     def _busy(self) -> ApiError:
+        if self.queue is not None:
+            return ApiError(503, f"{self.queue.queue_size} jobs are waiting for a solver worker "
+                            "(PIPEPLAN_QUEUE_SIZE): the queue is full; retry later", [], "busy",
+                            headers={"Retry-After": str(self.retry_after)})
+        assert self.pool is not None
         stats = self.pool.stats()
         return ApiError(503, f"all {stats.size} solver workers are busy and the queue is full "
                         f"({stats.queued} jobs waiting); retry later", [], "busy",
@@ -268,8 +334,11 @@ class Planning:
         started = time.monotonic()
         finished: _Finished | None = None
         if future is not None and wait > 0:
-            with contextlib.suppress(TimeoutError):  # still solving: answered with the job below
-                finished = await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait)
+            waiting = asyncio.wrap_future(future)
+            while not stopping.is_set() and (left := wait - (time.monotonic() - started)) > 0:
+                with contextlib.suppress(TimeoutError):  # still solving: answered with the job below
+                    finished = await asyncio.wait_for(asyncio.shield(waiting), min(left, 0.25))
+                    break
         if future is None or (finished is not None and finished.elsewhere is not None):
             job_id = finished.elsewhere if finished is not None and finished.elsewhere else job_id
             finished = await self._poll(job_id, wait - (time.monotonic() - started))
@@ -309,7 +378,7 @@ class Planning:
                 row = session.get(JobRow, job_id)
                 if row is None or row.status not in ACTIVE:
                     return _finished_of(row) if row is not None else None
-            if time.monotonic() >= deadline:
+            if time.monotonic() >= deadline or stopping.is_set():
                 return None
             await asyncio.sleep(0.1)
 
@@ -318,70 +387,13 @@ class Planning:
             start_job(session, task.id, pid)
         self.metrics.jobs.labels(kind=task.kind, event="started").inc()
 
-    def _done(self, prep: Prepared, task: Task, outcome: Outcome, future: Future[_Finished]) -> None:
+    def _done(self, spec: JobSpec, key: str, task: Task, outcome: Outcome, future: Future[_Finished]) -> None:
         plan_id: str | None = None
         try:
-            if outcome.ok:
-                plan_id = self._store(prep, task.id, outcome.value)
-            else:
-                with self.db.write() as session:
-                    finish_job(session, task.id, error=outcome.error or "failed", error_type=outcome.error_type)
-        except Exception as exc:
-            log.exception("could not record the end of job %s", task.id)
-            outcome = Outcome(False, error=f"could not store the result: {exc}", error_type=type(exc).__name__)
-            try:
-                with self.db.write() as session:
-                    finish_job(session, task.id, error=outcome.error, error_type=outcome.error_type)
-            except Exception:
-                log.exception("could not mark job %s failed", task.id)
+            outcome, plan_id, _ = record_outcome(self.db, self.registry, spec, task.id, outcome)
         finally:
             with self._lock:
-                if self._inflight.get(prep.key, ("",))[0] == task.id:
-                    del self._inflight[prep.key]
+                if self._inflight.get(key, ("",))[0] == task.id:
+                    del self._inflight[key]
             self.metrics.jobs.labels(kind=task.kind, event="done" if outcome.ok else "failed").inc()
             future.set_result(_Finished(outcome, plan_id))
-
-    def _store(self, prep: Prepared, job_id: str, value: dict[str, Any]) -> str | None:
-        """Store what a finished job made; the id of its plan (None for a comparison)."""
-        for attempt in range(2):
-            try:
-                with self.db.write() as session:
-                    digest = self._save_graph(session, prep, value.get("graph"))
-                    key = request_key(prep.kind, digest, *prep.key_parts)
-                    if prep.kind == "compare":
-                        finish_job(session, job_id, result=json.dumps(value["comparison"]), key=key)
-                        return None
-                    row = session.execute(select(PlanRow).where(PlanRow.key == key)).scalar_one_or_none()
-                    if row is None:
-                        row = self._new_plan(prep, key, digest, value)
-                        session.add(row)
-                        session.flush()
-                    if prep.reserve:
-                        self._reserve(session, row)
-                    finish_job(session, job_id, plan_id=row.id, key=key)
-                    return row.id
-            except IntegrityError:  # another process stored the same plan a moment ago: take that one
-                if attempt:
-                    raise
-        raise AssertionError("unreachable")
-
-    def _save_graph(self, session: Any, prep: Prepared, captured: dict[str, Any] | None) -> str:
-        if captured is not None:
-            save_graph(session, captured["digest"], captured["doc"], captured["model"], captured["layers"],
-                       captured["edges"], zoo_key=prep.zoo_key)
-            return str(captured["digest"])
-        if prep.graph is not None:
-            save_graph(session, prep.graph.digest, prep.graph.doc, prep.graph.model, prep.graph.layers,
-                       prep.graph.edges)
-        assert prep.digest is not None, "a zoo graph is either captured by the job or already stored"
-        return prep.digest
-
-    def _new_plan(self, prep: Prepared, key: str, digest: str, value: dict[str, Any]) -> PlanRow:
-        plan = value["plan"]
-        return PlanRow(
-            id=new_id(), key=key, model=str(plan["model"])[:256], cluster=prep.cluster.name,
-            registered=prep.cluster.registered, cluster_revision=prep.cluster.revision, graph_digest=digest,
-            costmodel=prep.costmodel_name, objective=plan["options"]["objective"], bottleneck=plan["bottleneck"],
-            throughput=plan["throughput"], latency=plan["latency"], status=plan["certificate"]["status"][:32],
-            request=canonical(prep.request), doc=json.dumps(plan, allow_nan=False), loads=json.dumps(value["loads"]),
-            reserved=False, owner=prep.owner)

@@ -57,13 +57,15 @@ class _Worker:
 class WorkerPool:
     """``size`` worker processes running ``api.worker.serve``; at most ``queue_size`` tasks wait."""
 
-    def __init__(self, size: int, queue_size: int, limits: Limits | None = None, name: str = "solver") -> None:
+    def __init__(self, size: int, queue_size: int, limits: Limits | None = None, name: str = "solver",
+                 log_format: str | None = None) -> None:
         if size < 1 or queue_size < 1:
             raise ValueError(f"a pool needs at least one worker and one queue slot, got {size} and {queue_size}")
         self.size = size
         self.queue_size = queue_size
         self.limits = limits or Limits()
         self.name = name
+        self.log_format = log_format  # the workers' log lines: json or text (None: Python's defaults)
         self._retiring: list[_Worker] = []  # told to stop after their last task; joined as they exit
         self._recycled = 0
         self._owed = 0  # successors of recycled workers still to start
@@ -163,8 +165,8 @@ class WorkerPool:
         from api.worker import serve
 
         parent, child = self._ctx.Pipe()
-        process = self._ctx.Process(target=serve, args=(child, self.limits.memory), name=f"pipeplan-{self.name}",
-                                    daemon=True)
+        process = self._ctx.Process(target=serve, args=(child, self.limits.memory, self.log_format),
+                                    name=f"pipeplan-{self.name}", daemon=True)
         process.start()
         child.close()
         return _Worker(process, parent)
@@ -235,7 +237,7 @@ class WorkerPool:
             if w.ready and w.task is None and w.process.is_alive():
                 task = self._queue.popleft()
                 try:
-                    w.conn.send((task.id, task.kind, task.payload))
+                    w.conn.send((task.id, task.kind, task.payload, task.request_id))
                 except (OSError, ValueError):  # the worker died a moment ago: the task waits for another
                     self._queue.appendleft(task)
                     continue

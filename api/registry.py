@@ -46,6 +46,7 @@ class ClusterState:
     reservations: dict[str, list[tuple[str, str]]] = field(default_factory=dict)  # device -> (plan, kind)
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    owner: str | None = None  # who registered it (None: built in, given inline, or registered before owners)
 
     @property
     def registered(self) -> bool:
@@ -115,10 +116,11 @@ class Registry:
                            f"PUT /v1/clusters/{name} to change its loads or reserve plans on it", ["path", "name"])
         return state
 
-    def names(self, session: Session) -> list[tuple[str, int, int]]:
-        rows = session.execute(select(ClusterRow.name, ClusterRow.spec, ClusterRow.revision)
+    def names(self, session: Session) -> list[tuple[str, int, int, str | None]]:
+        """Each registered cluster: name, devices, revision, owner."""
+        rows = session.execute(select(ClusterRow.name, ClusterRow.spec, ClusterRow.revision, ClusterRow.owner)
                                .order_by(ClusterRow.name)).all()
-        return [(name, len(json.loads(spec)["devices"]), revision) for name, spec, revision in rows]
+        return [(name, len(json.loads(spec)["devices"]), revision, owner) for name, spec, revision, owner in rows]
 
     def pending(self, session: Session, name: str) -> ClusterState:
         """The registered cluster ``name`` as ``session`` sees it, changes not yet committed included;
@@ -147,7 +149,7 @@ class Registry:
             if device in {d.id for d in base.devices}:
                 effective = effective.with_load(device, combine(base.device(device).load, [k for _, k in held]))
         state = ClusterState(row.name, False, row.revision, base, effective, digest_of(effective.to_dict()),
-                             reservations, row.created_at, row.updated_at)
+                             reservations, row.created_at, row.updated_at, row.owner)
         if not remember:
             return state
         with self._lock:

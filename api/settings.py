@@ -79,6 +79,23 @@ class Settings(BaseSettings):
                                  description="worker processes for cost predictions, apart from the solvers")
     predict_timeout: float = Field(60.0, gt=0.0, description="seconds a cost prediction may take")
 
+    # -- several replicas and workers (api.queue, api.queue_worker) -----------------------------
+    job_queue: Literal["local", "postgresql"] = Field(
+        "local", description="'local': each server solves in its own worker processes (jobs die with it); "
+                             "'postgresql': servers enqueue jobs in a durable queue on the PostgreSQL database "
+                             "(procrastinate) and `pipeplan worker` processes, on any machine, claim them")
+    queue_heartbeat: float = Field(5.0, gt=0.0, le=300.0,
+                                   description="seconds between a queue worker's heartbeats")
+    queue_lease: float = Field(30.0, gt=0.0, le=3600.0,
+                               description="seconds without a heartbeat after which a worker's jobs are claimed "
+                                           "again by another")
+    queue_max_attempts: int = Field(3, ge=1, le=100,
+                                    description="claims of one job before it fails (WorkerDied): a job whose "
+                                                "workers keep dying is not retried forever")
+    drain_timeout: float = Field(30.0, ge=0.0, le=3600.0,
+                                 description="seconds a queue worker told to stop (SIGTERM) lets its running jobs "
+                                             "finish; it then hands the rest back to the queue")
+
     # -- what operators expect (api.ops) ---------------------------------------------------------
     public_url: str | None = Field(
         None, description="the service's address as clients see it (https://plans.example.com): the base of "
@@ -120,6 +137,11 @@ class Settings(BaseSettings):
         if self.default_time_limit > self.max_time_limit:
             raise ValueError(f"default_time_limit ({self.default_time_limit}) exceeds max_time_limit "
                              f"({self.max_time_limit})")
+        if self.job_queue == "postgresql" and not self.database_url.startswith("postgresql"):
+            raise ValueError("PIPEPLAN_JOB_QUEUE=postgresql needs a PostgreSQL PIPEPLAN_DATABASE_URL")
+        if self.job_queue == "postgresql" and self.queue_lease <= 2 * self.queue_heartbeat:
+            raise ValueError(f"queue_lease ({self.queue_lease}) must exceed twice queue_heartbeat "
+                             f"({self.queue_heartbeat}): one late heartbeat must not lose a worker its jobs")
         if self.solver_threads > self.max_solver_threads:
             raise ValueError(f"solver_threads ({self.solver_threads}) exceeds max_solver_threads "
                              f"({self.max_solver_threads})")

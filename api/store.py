@@ -63,7 +63,8 @@ def job_view(row: JobRow) -> dict[str, Any]:
         "id": row.id, "url": f"/v1/jobs/{row.id}", "kind": row.kind, "status": row.status,
         "created_at": _iso(row.created_at), "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at), "error": row.error, "error_type": row.error_type,
-        "worker_pid": row.worker_pid, "plan_id": row.plan_id, "owner": row.owner,
+        "worker_pid": row.worker_pid, "worker": row.worker, "attempts": row.attempts or 0, "plan_id": row.plan_id,
+        "owner": row.owner,
         "plan_url": f"/v1/plans/{row.plan_id}" if row.plan_id else None,
         "result": json.loads(row.result) if row.result else None,
     }
@@ -161,16 +162,19 @@ def finish_job(session: Session, job_id: str, *, plan_id: str | None = None, res
     status = "done" if error is None else "cancelled" if error_type == "Cancelled" else "failed"
     values: dict[str, Any] = {"status": status, "finished_at": utcnow(),
                               "plan_id": plan_id, "result": result, "error": _storable(error),
-                              "error_type": _storable(error_type, 64)}
+                              "error_type": _storable(error_type, 64), "spec": None}
     if key is not None:
         values["key"] = key
     session.execute(update(JobRow).where(JobRow.id == job_id).values(**values))
 
 
 def recover_jobs(session: Session) -> int:
-    """Fail the jobs a stopped service left unfinished; the count of them."""
+    """Fail the jobs a stopped service left unfinished in its own worker pool; the count of them.
+
+    Jobs of the durable queue (``queue_id`` set) are not this server's: their workers hold leases,
+    and only a lease that expired gives a job back (:func:`api.queue.sweep`)."""
     result = session.execute(
-        update(JobRow).where(JobRow.status.in_(("queued", "running")))
+        update(JobRow).where(JobRow.status.in_(("queued", "running")), JobRow.queue_id.is_(None))
         .values(status="failed", finished_at=utcnow(), error_type="Restarted",
                 error="the service stopped before this job finished; send the request again"))
     return int(getattr(result, "rowcount", 0) or 0)

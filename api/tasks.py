@@ -33,6 +33,7 @@ class Task:
     timeout_note: str = ""  # what the time limit is made of, for the Timeout message
     on_start: Callable[[Task, int], None] | None = None  # (task, worker pid)
     on_done: Callable[[Task, Outcome], None] | None = None
+    request_id: str | None = None  # the request that made it: the worker's log lines carry it
 
 
 class Limits(NamedTuple):

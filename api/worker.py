@@ -27,6 +27,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from api.keys import canonical, digest_of, finite
+from api.logs import request_id
 
 __all__ = ["CostModelError", "LayerError", "run", "serve"]
 
@@ -43,11 +44,18 @@ class LayerError(ValueError):
     """A predict request's layers are not a valid list of layers."""
 
 
-def serve(conn: Connection, memory_limit: int = 0) -> None:
+def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None) -> None:
     """The worker's loop: announce readiness, then answer one task at a time until told to stop;
-    ``memory_limit`` bytes of private memory at most (0: no limit)."""
+    ``memory_limit`` bytes of private memory at most (0: no limit); log lines in ``log_format``
+    (``json`` or ``text``, as the server's; None: Python's defaults), carrying each task's request ID."""
     # Ctrl-C reaches the whole process group; the server stops its workers itself.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if log_format is not None:
+        import logging.config
+
+        from api.logs import logging_config
+
+        logging.config.dictConfig(logging_config("warning", log_format, access=False))
     import planner.ilp  # noqa: F401  # imported before "ready" so the first solve is not slower
 
     if memory_limit:
@@ -63,7 +71,8 @@ def serve(conn: Connection, memory_limit: int = 0) -> None:
             return
         if message is None:
             return
-        task_id, kind, payload = message
+        task_id, kind, payload, rid = message
+        token = request_id.set(rid)
         reply: tuple[Any, ...]
         try:
             reply = (task_id, True, run(kind, payload), None, None, False)
@@ -83,6 +92,8 @@ def serve(conn: Connection, memory_limit: int = 0) -> None:
             else:
                 reply = (task_id, False, None, type(exc).__name__, f"internal error: {type(exc).__name__}: {exc}",
                          False)
+        finally:
+            request_id.reset(token)
         try:
             conn.send(reply)
         except (EOFError, OSError):

@@ -35,7 +35,7 @@ def cluster_view(state: ClusterState) -> dict[str, Any]:
     return {"name": state.name, "url": f"/v1/clusters/{state.name}", "builtin": state.builtin,
             "revision": state.revision,
             "created_at": state.created_at.isoformat() if state.created_at else None,
-            "updated_at": state.updated_at.isoformat() if state.updated_at else None,
+            "updated_at": state.updated_at.isoformat() if state.updated_at else None, "owner": state.owner,
             "devices": devices, "spec": state.base.to_dict()}
 
 
@@ -44,9 +44,9 @@ def list_clusters(services: ServicesDep) -> dict[str, Any]:
     """Registered clusters, then the built-in ones not registered under the same name."""
     with services.db.read() as session:
         registered = services.registry.names(session)
-        taken = {name.lower() for name, _, _ in registered}
+        taken = {name.lower() for name, _, _, _ in registered}
         items = [{"name": n, "url": f"/v1/clusters/{n}", "builtin": False, "devices": d, "revision": r}
-                 for n, d, r in registered]
+                 for n, d, r, _ in registered]
         for name in builtin_clusters():
             if name.lower() not in taken:
                 state = services.registry.find(session, name)

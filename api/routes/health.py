@@ -5,7 +5,8 @@ Prometheus; always open and never rate limited.
 - ``/readyz``: send it traffic: the database answers and each worker pool is up: its first workers
   have finished starting (imports done) and a worker process is alive.  503 while starting, when
   every worker is dead, or with the database down.  A worker being recycled does not count as down:
-  its successor is alive and jobs queue for it for the second it takes to start.
+  its successor is alive and jobs queue for it for the second it takes to start.  With the durable
+  queue, the solvers are ``pipeplan worker`` processes: ready when one has a live heartbeat.
 - ``/healthz``: the details of both, for people.
 """
 
@@ -20,6 +21,7 @@ from starlette.concurrency import run_in_threadpool
 
 from api.deps import Services, ServicesDep
 from api.metrics import CONTENT_TYPE
+from api.queue import QueueStats
 from api.schemas.misc import Health, Liveness, Readiness
 
 router = APIRouter(tags=["service"])
@@ -46,7 +48,14 @@ async def readyz(services: ServicesDep) -> JSONResponse:
     reasons = []
     if await _database(services) != "ok":
         reasons.append("the database does not answer")
-    for name, pool in (("solver", services.pool), ("predict", services.predictors)):
+    elif services.queue is not None:
+        queue = await run_in_threadpool(_queue_stats, services)
+        if queue is None or queue.workers == 0:
+            reasons.append("no queue worker is alive (start `pipeplan worker`)")
+    pools = [("solver", services.pool), ("predict", services.predictors)]
+    for name, pool in pools:
+        if pool is None:
+            continue
         stats = pool.stats()
         if not stats.started:
             reasons.append(f"the {name} workers are starting")
@@ -60,11 +69,27 @@ async def readyz(services: ServicesDep) -> JSONResponse:
 async def healthz(services: ServicesDep) -> JSONResponse:
     """ok when the database answers and every worker is alive; 503 (degraded) otherwise."""
     database = await _database(services)
-    stats, predictors = services.pool.stats(), services.predictors.stats()
-    ok = database == "ok" and stats.alive > 0 and predictors.alive > 0
-    body = {"status": "ok" if ok else "degraded", "database": database, "backend": services.db.backend,
-            "workers": asdict(stats), "predict_workers": asdict(predictors)}
-    return JSONResponse(body, status_code=200 if ok else 503)
+    predictors = services.predictors.stats()
+    ok = database == "ok" and predictors.alive > 0
+    body: dict[str, Any] = {"database": database, "backend": services.db.backend, "workers": None,
+                            "predict_workers": asdict(predictors), "queue": None}
+    if services.pool is not None:
+        stats = services.pool.stats()
+        ok = ok and stats.alive > 0
+        body["workers"] = asdict(stats)
+    if services.queue is not None:
+        queue = await run_in_threadpool(_queue_stats, services) if database == "ok" else None
+        ok = ok and queue is not None and queue.workers > 0
+        body["queue"] = {"lease": services.queue.lease, **asdict(queue)} if queue is not None else None
+    return JSONResponse({"status": "ok" if ok else "degraded", **body}, status_code=200 if ok else 503)
+
+
+def _queue_stats(services: Services) -> QueueStats | None:
+    assert services.queue is not None
+    try:
+        return services.queue.stats()
+    except Exception:
+        return None
 
 
 @router.get("/metrics", response_class=Response,

@@ -64,7 +64,8 @@ async def get_job(job_id: JobId, services: ServicesDep) -> JSONResponse:
 async def cancel_job(job_id: JobId, services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
     """Stop a queued or running job (its owner's token, or an admin's): a queued one never starts, a
     running one's worker is stopped (and replaced).  The job ends ``cancelled``; requests waiting for
-    it get a 409.  A job that has ended is a 409 naming its state."""
+    it get a 409.  A job that has ended is a 409 naming its state.  With the durable queue any replica
+    cancels any job; otherwise only the server whose pool runs it can."""
     view = await run_in_threadpool(_read, services, job_id)
     if view is None:
         raise ApiError(404, f"no job {job_id!r}", ["path", "job_id"], "not_found")
@@ -72,9 +73,11 @@ async def cancel_job(job_id: JobId, services: ServicesDep, principal: PrincipalD
     if view["status"] not in ACTIVE:
         raise ApiError(409, f"job {job_id} has ended ({view['status']}); only queued and running jobs can be "
                        "cancelled", ["path", "job_id"], "conflict")
-    held = services.pool.cancel(job_id, "cancelled by a client (POST /v1/jobs/{id}/cancel)")
-    # The end is recorded by the pool's callback thread: wait for it, so the answer shows it.
-    # Not held: it may have just ended (its callback still to run), or it runs in another replica.
+    held = await run_in_threadpool(services.planning.cancel, job_id,
+                                   "cancelled by a client (POST /v1/jobs/{id}/cancel)")
+    # The end is recorded by the pool's callback thread (or the queue worker that runs it): wait for it,
+    # so the answer shows it.  Not held: it may have just ended (its callback still to run), or it runs
+    # in another replica's own pool.
     deadline = time.monotonic() + (_CANCEL_WAIT if held else 1.0)
     while True:
         view = await run_in_threadpool(_read, services, job_id)

@@ -52,6 +52,9 @@ class ClusterPublic(BaseModel):
     revision: int | None = Field(..., description="grows with every change, reservations included")
     created_at: datetime | None
     updated_at: datetime | None
+    owner: str | None = Field(None, description="the owner of the token that registered it (it and admins may "
+                                                "change it); null for built-in clusters and ones registered "
+                                                "before owners")
     devices: list[DeviceState]
     spec: dict[str, Any] = Field(..., description="the spec with base loads and every link spelled out")
 

@@ -28,6 +28,10 @@ class JobSummary(BaseModel):
     error_type: str | None = Field(..., description="PlanError, GraphError, … MemoryLimit, Timeout, WorkerDied, "
                                                       "Cancelled, Restarted")
     worker_pid: int | None = Field(..., description="the worker process that ran it")
+    worker: str | None = Field(None, description="host:pid of the queue worker that claimed it "
+                                                 "(PIPEPLAN_JOB_QUEUE=postgresql); null in a server's own pool")
+    attempts: int = Field(0, description="times a queue worker claimed it: more than 1 after a worker died "
+                                         "and its lease expired, or after a worker handed it back")
     plan_id: str | None
     plan_url: str | None
     owner: str | None = Field(None, description="the owner of the token that made it")

@@ -11,8 +11,8 @@ from api.schemas.graph import LayerDoc
 from api.schemas.plans import COSTMODEL_PATTERN
 from costmodel.hardware import Contention, Device
 
-__all__ = ["Health", "LayerPrediction", "Liveness", "PoolHealth", "PredictRequest", "PredictResponse", "Readiness",
-           "ZooModelPublic"]
+__all__ = ["Health", "LayerPrediction", "Liveness", "PoolHealth", "PredictRequest", "PredictResponse", "QueueHealth",
+           "Readiness", "ZooModelPublic"]
 
 
 class ZooModelPublic(BaseModel):
@@ -62,12 +62,21 @@ class PoolHealth(BaseModel):
     started: bool = Field(..., description="whether the pool's first workers have finished starting")
 
 
+class QueueHealth(BaseModel):
+    workers: int = Field(..., description="`pipeplan worker` processes with a heartbeat within the lease")
+    queued: int = Field(..., description="jobs waiting for a worker, over all replicas")
+    running: int
+    capacity: int = Field(..., description="jobs that may wait before a 503 (PIPEPLAN_QUEUE_SIZE)")
+    lease: float = Field(..., description="seconds without a heartbeat before a worker's jobs go to another")
+
+
 class Health(BaseModel):
     status: Literal["ok", "degraded"]
     database: Literal["ok", "unreachable"]
     backend: str
-    workers: PoolHealth
+    workers: PoolHealth | None = Field(..., description="this server's solver pool; null with the durable queue")
     predict_workers: PoolHealth
+    queue: QueueHealth | None = Field(None, description="the durable queue (PIPEPLAN_JOB_QUEUE=postgresql)")
 
 
 class Liveness(BaseModel):
