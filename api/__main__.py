@@ -1,4 +1,4 @@
-"""``python -m api serve|worker|token …``: the service's own commands, as ``pipeplan serve``,
+"""``python -m pipeplan.api serve|worker|token …``: the service's own commands, as ``pipeplan serve``,
 ``pipeplan worker`` and ``pipeplan token …`` run them, without loading the rest of the ``pipeplan``
 command line."""
 
@@ -8,11 +8,11 @@ import argparse
 import logging
 import sys
 
-from api.cli import USER_ERRORS, register
+from pipeplan.api.cli import USER_ERRORS, register
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m api", description="the pipeplan planning service")
+    parser = argparse.ArgumentParser(prog="python -m pipeplan.api", description="the pipeplan planning service")
     register(parser.add_subparsers(dest="command", metavar="COMMAND", required=True))
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")

@@ -32,8 +32,8 @@ from typing import Literal
 
 from sqlalchemy import select, update
 
-from api.database import Database
-from api.models import TokenRow, utcnow
+from pipeplan.api.database import Database
+from pipeplan.api.models import TokenRow, utcnow
 
 __all__ = ["SCOPES", "Principal", "Scope", "TokenChecker", "TokenInfo", "create_token", "digest", "list_tokens",
            "new_token", "parse_scopes", "revoke_token"]

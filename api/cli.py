@@ -28,7 +28,7 @@ _LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def _settings(**overrides: Any) -> Any:
     from pydantic import ValidationError
 
-    from api.settings import Settings
+    from pipeplan.api.settings import Settings
 
     try:
         settings = Settings()
@@ -43,8 +43,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 
     import uvicorn
 
-    from api.logs import logging_config
-    from api.main import create_app
+    from pipeplan.api.logs import logging_config
+    from pipeplan.api.main import create_app
 
     if args.workers is not None and args.workers < 1:
         raise ServiceError(f"--workers must be at least 1, got {args.workers}")
@@ -54,7 +54,7 @@ def cmd_serve(args: argparse.Namespace) -> None:
             "serving on %s with open reads: anyone who reaches it can read plans and clusters "
             "(set PIPEPLAN_READ_AUTH=token to require a token)", args.host)
     _check_database(settings.database_url)
-    from api.planning import stopping
+    from pipeplan.api.planning import stopping
 
     class Server(uvicorn.Server):
         def handle_exit(self, sig: int, frame: Any) -> None:
@@ -74,8 +74,8 @@ def cmd_serve(args: argparse.Namespace) -> None:
 def cmd_worker(args: argparse.Namespace) -> None:
     import logging.config
 
-    from api.logs import logging_config
-    from api.queue_worker import QueueWorker
+    from pipeplan.api.logs import logging_config
+    from pipeplan.api.queue_worker import QueueWorker
 
     if args.workers is not None and args.workers < 1:
         raise ServiceError(f"--workers must be at least 1, got {args.workers}")
@@ -91,7 +91,7 @@ def cmd_worker(args: argparse.Namespace) -> None:
 def _check_database(url: str) -> None:
     from sqlalchemy.exc import SQLAlchemyError
 
-    from api.database import Database
+    from pipeplan.api.database import Database
 
     db = Database(url)
     try:
@@ -105,7 +105,7 @@ def _check_database(url: str) -> None:
 
 
 def _database() -> Any:
-    from api.database import Database
+    from pipeplan.api.database import Database
 
     settings = _settings()
     _check_database(settings.database_url)
@@ -113,7 +113,7 @@ def _database() -> Any:
 
 
 def cmd_token_create(args: argparse.Namespace) -> None:
-    from api.auth import create_token
+    from pipeplan.api.auth import create_token
 
     db = _database()
     try:
@@ -126,7 +126,7 @@ def cmd_token_create(args: argparse.Namespace) -> None:
 
 
 def cmd_token_list(args: argparse.Namespace) -> None:
-    from api.auth import list_tokens
+    from pipeplan.api.auth import list_tokens
 
     db = _database()
     try:
@@ -147,7 +147,7 @@ def cmd_token_list(args: argparse.Namespace) -> None:
 
 
 def cmd_token_revoke(args: argparse.Namespace) -> None:
-    from api.auth import revoke_token
+    from pipeplan.api.auth import revoke_token
 
     db = _database()
     try:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from api.errors import ApiError
+from pipeplan.api.errors import ApiError
 
 __all__ = ["CostModels", "ResolvedCostModel"]
 
@@ -24,7 +24,7 @@ _LOC = ["body", "costmodel"]
 @dataclass(frozen=True)
 class ResolvedCostModel:
     name: str  # as the request wrote it
-    spec: str  # what costmodel.registry.load_cost_model takes
+    spec: str  # what pipeplan.costmodel.registry.load_cost_model takes
     identity: str  # what a plan's key depends on: the name and, for a file, its content
 
 
@@ -36,7 +36,7 @@ def _hash(path: str, version: tuple[int, int, int, int]) -> str:
 
 def _content_hash(path: Path) -> str:
     """The file's SHA-256, read once per version of the file (not once per request)."""
-    from costmodel.registry import file_version
+    from pipeplan.costmodel.registry import file_version
 
     return _hash(str(path), file_version(path))
 
@@ -48,7 +48,7 @@ class CostModels:
     def resolve(self, name: str) -> ResolvedCostModel:
         if name == "analytic":
             return ResolvedCostModel(name, "analytic", "analytic")
-        from costmodel.registry import SHIPPED_NAMES, resolve_model_path
+        from pipeplan.costmodel.registry import SHIPPED_NAMES, resolve_model_path
 
         shipped = ", ".join(repr(n) for n in ["learned", *SHIPPED_NAMES])
         if name == "learned" or name in SHIPPED_NAMES:  # before the offered files: these names are reserved

@@ -9,18 +9,18 @@ from typing import Annotated, Any
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from api.auth import Principal, Scope, TokenChecker
-from api.costmodels import CostModels
-from api.database import Database
-from api.errors import ApiError
-from api.metrics import Metrics
-from api.planning import Planning
-from api.pool import WorkerPool
-from api.queue import JobQueue
-from api.registry import Registry
-from api.schemas.common import ErrorResponse
-from api.settings import Settings
-from api.zoo import ZooCatalog
+from pipeplan.api.auth import Principal, Scope, TokenChecker
+from pipeplan.api.costmodels import CostModels
+from pipeplan.api.database import Database
+from pipeplan.api.errors import ApiError
+from pipeplan.api.metrics import Metrics
+from pipeplan.api.planning import Planning
+from pipeplan.api.pool import WorkerPool
+from pipeplan.api.queue import JobQueue
+from pipeplan.api.registry import Registry
+from pipeplan.api.schemas.common import ErrorResponse
+from pipeplan.api.settings import Settings
+from pipeplan.api.zoo import ZooCatalog
 
 __all__ = ["ERRORS", "Predictor", "PrincipalDep", "Reader", "Services", "ServicesDep", "TokenAuth", "Writer",
            "check_token", "errors", "owner_check"]
@@ -75,7 +75,7 @@ async def check_token(services: Services, credentials: HTTPAuthorizationCredenti
 
 class TokenAuth(HTTPBearer):
     """The bearer check as one dependency (it is also what puts the scheme in the OpenAPI schema);
-    reads pass untouched while the service's reads are open.  :class:`api.security.AuthMiddleware`
+    reads pass untouched while the service's reads are open.  :class:`pipeplan.api.security.AuthMiddleware`
     runs the same check before the body is read and leaves the principal on the request."""
 
     def __init__(self, what: str, always: bool, scope: Scope) -> None:

@@ -16,8 +16,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from api.keys import finite
-from api.text import safe_text
+from pipeplan.api.keys import finite
+from pipeplan.api.text import safe_text
 
 __all__ = ["USER_ERRORS", "ApiError", "error_body", "install_handlers", "loc_for_error", "user_label"]
 

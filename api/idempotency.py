@@ -19,10 +19,10 @@ from typing import Any
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
 
-from api.auth import digest
-from api.database import Database
-from api.keys import digest_of, digest_text
-from api.models import IdempotencyRow, utcnow
+from pipeplan.api.auth import digest
+from pipeplan.api.database import Database
+from pipeplan.api.keys import digest_of, digest_text
+from pipeplan.api.models import IdempotencyRow, utcnow
 
 __all__ = ["KEY_PATTERN", "Claim", "claim", "fingerprint", "record", "scope_key"]
 

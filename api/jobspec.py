@@ -1,6 +1,6 @@
 """A job as a worker needs it, and what becomes of its outcome: the plan stored, the job finished.
 
-A :class:`JobSpec` is what :mod:`api.planning` knows of a request once it is checked, reduced to
+A :class:`JobSpec` is what :mod:`pipeplan.api.planning` knows of a request once it is checked, reduced to
 plain JSON: the worker's payload (graph, cluster, cost model, options), and what storing the result
 takes (the key's parts, the graph to save, the cluster to reserve on, the owner).  The server's own
 pool keeps it in memory; the durable queue stores it in the job's row (``jobs.spec``) so that a
@@ -24,12 +24,12 @@ from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from api.database import Database
-from api.keys import canonical, request_key
-from api.models import JobRow, PlanRow
-from api.registry import Registry
-from api.store import finish_job, new_id, save_graph
-from api.tasks import Outcome
+from pipeplan.api.database import Database
+from pipeplan.api.keys import canonical, request_key
+from pipeplan.api.models import JobRow, PlanRow
+from pipeplan.api.registry import Registry
+from pipeplan.api.store import finish_job, new_id, save_graph
+from pipeplan.api.tasks import Outcome
 
 __all__ = ["Fence", "JobSpec", "record_outcome", "reserve_plan"]
 
@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class JobSpec:
     kind: str  # plan | compare
-    payload: dict[str, Any]  # what api.worker.run takes
+    payload: dict[str, Any]  # what pipeplan.api.worker.run takes
     timeout: float  # seconds the job may take, everything included
     timeout_note: str
     key_parts: list[Any]  # cluster digest, cost model identity, options, solver
@@ -57,7 +57,7 @@ class JobSpec:
 
     @classmethod
     def of(cls, prep: Any, payload: dict[str, Any], request_id: str | None = None) -> JobSpec:
-        """The spec of :class:`api.resolve.Prepared` ``prep`` with worker payload ``payload``."""
+        """The spec of :class:`pipeplan.api.resolve.Prepared` ``prep`` with worker payload ``payload``."""
         graph = None
         if prep.graph is not None:
             g = prep.graph

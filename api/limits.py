@@ -10,7 +10,7 @@ import json
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.errors import ApiError, error_body
+from pipeplan.api.errors import ApiError, error_body
 
 __all__ = ["BodyLimitMiddleware"]
 

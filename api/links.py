@@ -18,7 +18,7 @@ from urllib.parse import urlencode
 
 from fastapi.responses import JSONResponse
 
-from api.errors import ApiError
+from pipeplan.api.errors import ApiError
 
 __all__ = ["check_time_zones", "page_link", "page_response"]
 

@@ -14,26 +14,26 @@ from contextlib import asynccontextmanager
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from api.auth import TokenChecker
-from api.costmodels import CostModels
-from api.database import Database
-from api.deps import Services
-from api.errors import install_handlers
-from api.limits import BodyLimitMiddleware
-from api.logs import HEADER as REQUEST_ID
-from api.logs import RequestIdMiddleware
-from api.metrics import Metrics, MetricsMiddleware
-from api.planning import Planning
-from api.pool import Limits, WorkerPool
-from api.queue import JobQueue, ensure_schema
-from api.ratelimit import RateLimitMiddleware
-from api.registry import Registry
-from api.resolve import Resolver
-from api.routes import clusters, costmodel, health, jobs, models, plans
-from api.security import AuthMiddleware, install_openapi
-from api.settings import Settings, get_settings
-from api.store import recover_jobs
-from api.zoo import ZooCatalog
+from pipeplan.api.auth import TokenChecker
+from pipeplan.api.costmodels import CostModels
+from pipeplan.api.database import Database
+from pipeplan.api.deps import Services
+from pipeplan.api.errors import install_handlers
+from pipeplan.api.limits import BodyLimitMiddleware
+from pipeplan.api.logs import HEADER as REQUEST_ID
+from pipeplan.api.logs import RequestIdMiddleware
+from pipeplan.api.metrics import Metrics, MetricsMiddleware
+from pipeplan.api.planning import Planning
+from pipeplan.api.pool import Limits, WorkerPool
+from pipeplan.api.queue import JobQueue, ensure_schema
+from pipeplan.api.ratelimit import RateLimitMiddleware
+from pipeplan.api.registry import Registry
+from pipeplan.api.resolve import Resolver
+from pipeplan.api.routes import clusters, costmodel, health, jobs, models, plans
+from pipeplan.api.security import AuthMiddleware, install_openapi
+from pipeplan.api.settings import Settings, get_settings
+from pipeplan.api.store import recover_jobs
+from pipeplan.api.zoo import ZooCatalog
 
 __all__ = ["create_app"]
 
@@ -79,7 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         predictors.start()
         registry = Registry(settings.max_devices)
         costmodels = CostModels(settings.costmodel_dir)
-        zoo = ZooCatalog(settings.capture_timeout, settings.retry_after)
+        zoo = ZooCatalog()
         resolver = Resolver(db, settings, registry, costmodels, zoo)
         planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after,
                             settings.idempotency_ttl, queue)

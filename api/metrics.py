@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from api.pool import PoolStats
+from pipeplan.api.pool import PoolStats
 
 __all__ = ["CONTENT_TYPE", "Metrics", "MetricsMiddleware"]
 

@@ -54,7 +54,7 @@ class TokenRow(Base):
 
     ``owner`` is who the token acts for: plans, clusters and jobs it makes are that owner's, and
     only that owner (or an admin) may change them.  ``scopes``: space-separated ``read``, ``plan``,
-    ``admin`` (see :mod:`api.auth`).  A revoked token stays listed, refused.
+    ``admin`` (see :mod:`pipeplan.api.auth`).  A revoked token stays listed, refused.
     """
 
     __tablename__ = "tokens"

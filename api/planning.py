@@ -2,7 +2,7 @@
 
 The path of ``POST /v1/plans``:
 
-1. check the request and resolve its parts (:mod:`api.resolve`): the graph's digest, the cluster's
+1. check the request and resolve its parts (:mod:`pipeplan.api.resolve`): the graph's digest, the cluster's
    state, the cost model; a problem is a 4xx naming the field;
 2. an identical earlier request (same key) has a stored plan: answer it (200), solving nothing;
 3. an identical request is being solved right now: wait for that job instead of starting another
@@ -11,8 +11,8 @@ The path of ``POST /v1/plans``:
    ``wait`` seconds: answer 201 with the plan, 422 with the planner's reason, or 202 with the job.
 
 Bookkeeping when a job ends (store the graph, the plan, its reservations; finish the job:
-:func:`api.jobspec.record_outcome`) runs on the pool's callback thread, so it happens even when no
-request waits any more.  With the durable queue (:mod:`api.queue`) step 4 writes the job and its
+:func:`pipeplan.api.jobspec.record_outcome`) runs on the pool's callback thread, so it happens even when no
+request waits any more.  With the durable queue (:mod:`pipeplan.api.queue`) step 4 writes the job and its
 queue entry in one transaction instead, a ``pipeplan worker`` runs and records it, and the request
 follows the job's row.
 """
@@ -34,21 +34,21 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
-from api.database import Database
-from api.errors import USER_ERRORS, ApiError, loc_for_error
-from api.idempotency import Claim, claim, fingerprint, record, scope_key
-from api.jobspec import JobSpec, record_outcome, reserve_plan
-from api.keys import canonical
-from api.logs import request_id
-from api.metrics import Metrics
-from api.models import ACTIVE, JobRow, PlanRow
-from api.pool import Outcome, QueueFull, Task, WorkerPool
-from api.queue import JobQueue
-from api.registry import Registry
-from api.resolve import Prepared, Resolver
-from api.schemas.common import ZooModelRef
-from api.schemas.plans import CompareCreate, PlanCreate
-from api.store import job_view, new_id, plan_json, start_job
+from pipeplan.api.database import Database
+from pipeplan.api.errors import USER_ERRORS, ApiError, loc_for_error
+from pipeplan.api.idempotency import Claim, claim, fingerprint, record, scope_key
+from pipeplan.api.jobspec import JobSpec, record_outcome, reserve_plan
+from pipeplan.api.keys import canonical
+from pipeplan.api.logs import request_id
+from pipeplan.api.metrics import Metrics
+from pipeplan.api.models import ACTIVE, JobRow, PlanRow
+from pipeplan.api.pool import Outcome, QueueFull, Task, WorkerPool
+from pipeplan.api.queue import JobQueue
+from pipeplan.api.registry import Registry
+from pipeplan.api.resolve import Prepared, Resolver
+from pipeplan.api.schemas.common import ZooModelRef
+from pipeplan.api.schemas.plans import CompareCreate, PlanCreate
+from pipeplan.api.store import job_view, new_id, plan_json, start_job
 
 __all__ = ["Answer", "Planning", "stopping"]
 

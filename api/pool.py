@@ -16,7 +16,7 @@ threads: each task goes to an idle worker process over a pipe.  The supervisor
 A full queue raises :class:`QueueFull` at once, which the service answers with 503.  Workers are
 started with ``spawn``: the server has threads by the time a worker is replaced, and forking a
 threaded process is unsafe.  Each worker limits its own memory (``Limits.memory``, see
-:func:`api.worker.serve`); the time limit is the supervisor's, so it covers everything a task does.
+:func:`pipeplan.api.worker.serve`); the time limit is the supervisor's, so it covers everything a task does.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from api.tasks import Limits, Outcome, PoolStats, QueueFull, Task, resident_bytes
+from pipeplan.api.tasks import Limits, Outcome, PoolStats, QueueFull, Task, resident_bytes
 
 __all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Task", "WorkerPool", "resident_bytes"]
 
@@ -55,7 +55,7 @@ class _Worker:
 
 
 class WorkerPool:
-    """``size`` worker processes running ``api.worker.serve``; at most ``queue_size`` tasks wait."""
+    """``size`` worker processes running ``pipeplan.api.worker.serve``; at most ``queue_size`` tasks wait."""
 
     def __init__(self, size: int, queue_size: int, limits: Limits | None = None, name: str = "solver",
                  log_format: str | None = None) -> None:
@@ -162,7 +162,7 @@ class WorkerPool:
     # -- supervision ----------------------------------------------------------------------------
 
     def _spawn(self) -> _Worker:
-        from api.worker import serve
+        from pipeplan.api.worker import serve
 
         parent, child = self._ctx.Pipe()
         process = self._ctx.Process(target=serve, args=(child, self.limits.memory, self.log_format),

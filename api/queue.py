@@ -3,13 +3,13 @@
 
 Why procrastinate (and not a Redis queue) is in docs/api.md ("Several replicas").  How the parts fit:
 
-- **Enqueue.** A server writes the job's row (``jobs``, with its :class:`api.jobspec.JobSpec`) and
+- **Enqueue.** A server writes the job's row (``jobs``, with its :class:`pipeplan.api.jobspec.JobSpec`) and
   the queue's job (``procrastinate_jobs``, holding only the job's id) in *one* transaction, on the
   same connection: a server that dies at any moment leaves either both or neither, never a job
   that nobody will run.  The unique index on active jobs' keys still merges identical requests.
 - **Claim.** A worker takes a queue job (``SELECT … FOR UPDATE SKIP LOCKED`` inside procrastinate),
   then claims the row: ``running``, ``worker`` = its ``host:pid``, ``attempts`` + 1.  It records the
-  outcome only while the row is still ``running`` under that attempt (:class:`api.jobspec.Fence`).
+  outcome only while the row is still ``running`` under that attempt (:class:`pipeplan.api.jobspec.Fence`).
 - **Lease.** Each worker process writes a heartbeat every ``PIPEPLAN_QUEUE_HEARTBEAT`` seconds
   (``procrastinate_workers``).  :func:`sweep` gives back the jobs of workers silent for longer than
   ``PIPEPLAN_QUEUE_LEASE``: their rows go back to ``queued`` under a new queue entry, for any worker
@@ -34,9 +34,9 @@ from sqlalchemy import func, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
-from api.database import Database
-from api.models import ACTIVE, JobRow
-from api.store import finish_job
+from pipeplan.api.database import Database
+from pipeplan.api.models import ACTIVE, JobRow
+from pipeplan.api.store import finish_job
 
 __all__ = ["QUEUE", "TASK", "JobQueue", "QueueStats", "conninfo", "ensure_schema", "sweep"]
 

@@ -1,9 +1,9 @@
 """``pipeplan worker``: a solver worker of the durable queue, on this machine or any other.
 
 One process: a procrastinate worker (claims queue jobs, sends heartbeats, hears cancels) in front
-of this machine's :class:`api.pool.WorkerPool` (the solver processes, with their memory and time
+of this machine's :class:`pipeplan.api.pool.WorkerPool` (the solver processes, with their memory and time
 limits and their recycling).  It takes as many jobs at once as it has solver processes.  See
-:mod:`api.queue` for the life of a job, and docs/api.md ("Several replicas").
+:mod:`pipeplan.api.queue` for the life of a job, and docs/api.md ("Several replicas").
 
 A solver process that dies or overruns fails its job (``WorkerDied``, ``Timeout``), as in a
 server's own pool: the same job would do it again.  This process dying is different: its jobs
@@ -20,15 +20,15 @@ import socket
 import time
 from typing import Any
 
-from api.database import Database
-from api.jobspec import Fence, JobSpec, record_outcome
-from api.logs import request_id
-from api.models import ACTIVE, JobRow, utcnow
-from api.pool import Limits, Outcome, Task, WorkerPool
-from api.queue import QUEUE, TASK, JobQueue, conninfo, ensure_schema, sweep
-from api.registry import Registry
-from api.settings import Settings
-from api.store import finish_job
+from pipeplan.api.database import Database
+from pipeplan.api.jobspec import Fence, JobSpec, record_outcome
+from pipeplan.api.logs import request_id
+from pipeplan.api.models import ACTIVE, JobRow, utcnow
+from pipeplan.api.pool import Limits, Outcome, Task, WorkerPool
+from pipeplan.api.queue import QUEUE, TASK, JobQueue, conninfo, ensure_schema, sweep
+from pipeplan.api.registry import Registry
+from pipeplan.api.settings import Settings
+from pipeplan.api.store import finish_job
 
 __all__ = ["QueueWorker"]
 

@@ -24,7 +24,7 @@ from collections import OrderedDict
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.errors import error_body
+from pipeplan.api.errors import error_body
 
 __all__ = ["Buckets", "RateLimitMiddleware"]
 

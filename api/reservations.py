@@ -25,8 +25,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["MAX_CORUNNERS", "combine", "stage_kind"]
 

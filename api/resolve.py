@@ -15,17 +15,17 @@ from typing import Any
 
 from sqlalchemy.orm import Session
 
-from api.costmodels import CostModels, ResolvedCostModel
-from api.database import Database
-from api.errors import ApiError, user_label
-from api.keys import canonical, digest_text, request_key, zoo_key
-from api.registry import ClusterState, Registry, state_of
-from api.schemas.common import GraphModelRef, ZooModelRef
-from api.schemas.plans import CompareCreate, PlanCreate
-from api.settings import Settings
-from api.store import find_graph, zoo_digest
-from api.zoo import ZooCatalog
-from planner.problem import PlanError, PlanOptions
+from pipeplan.api.costmodels import CostModels, ResolvedCostModel
+from pipeplan.api.database import Database
+from pipeplan.api.errors import ApiError, user_label
+from pipeplan.api.keys import canonical, digest_text, request_key, zoo_key
+from pipeplan.api.registry import ClusterState, Registry, state_of
+from pipeplan.api.schemas.common import GraphModelRef, ZooModelRef
+from pipeplan.api.schemas.plans import CompareCreate, PlanCreate
+from pipeplan.api.settings import Settings
+from pipeplan.api.store import find_graph, zoo_digest
+from pipeplan.api.zoo import ZooCatalog
+from pipeplan.planner.problem import PlanError, PlanOptions
 
 __all__ = ["GraphInfo", "Prepared", "Resolver", "check_sizes"]
 
@@ -175,7 +175,7 @@ class Resolver:
         return options
 
     def _graph(self, raw: Any) -> GraphInfo:
-        from costmodel.graph import ModelGraph
+        from pipeplan.costmodel.graph import ModelGraph
 
         loc: list[str | int] = ["body", "model", "graph"]
         try:

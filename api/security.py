@@ -1,8 +1,8 @@
 """Where the bearer token is checked: before the body is read, and in the OpenAPI schema only where
 the service asks for it.
 
-The routes say which token they need through their dependencies (:data:`api.deps.Writer` for writes,
-:data:`api.deps.Reader` for reads).  :class:`AuthMiddleware` finds the route a request is for and
+The routes say which token they need through their dependencies (:data:`pipeplan.api.deps.Writer` for writes,
+:data:`pipeplan.api.deps.Reader` for reads).  :class:`AuthMiddleware` finds the route a request is for and
 checks the token *before* the body is received: a request with a wrong token is a 401 whether its
 body is malformed, huge or still arriving, and nothing is parsed for it.  :func:`install_openapi`
 drops the security requirement (and its 401) from reads while ``PIPEPLAN_READ_AUTH=open``.
@@ -20,8 +20,8 @@ from fastapi.security.utils import get_authorization_scheme_param
 from starlette.routing import BaseRoute, Match
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.deps import Services, TokenAuth, check_token
-from api.errors import ApiError, error_body
+from pipeplan.api.deps import Services, TokenAuth, check_token
+from pipeplan.api.errors import ApiError, error_body
 
 __all__ = ["AuthMiddleware", "Need", "api_routes", "install_openapi", "route_auth", "route_need"]
 

@@ -64,7 +64,7 @@ class Settings(BaseSettings):
     costmodel_dir: Path | None = Field(
         None, description="folder of learned cost model files a request may name (by file name only)")
 
-    # -- what one job may use (api.pool, api.worker) --------------------------------------------
+    # -- what one job may use (pipeplan.api.pool, pipeplan.api.worker) --------------------------------------------
     job_memory: int = Field(4 * 2**30, ge=0,
                             description="bytes of private memory a worker may hold while it runs a job "
                                         "(RLIMIT_DATA); over it the job fails with MemoryLimit. 0: no limit")
@@ -79,7 +79,7 @@ class Settings(BaseSettings):
                                  description="worker processes for cost predictions, apart from the solvers")
     predict_timeout: float = Field(60.0, gt=0.0, description="seconds a cost prediction may take")
 
-    # -- several replicas and workers (api.queue, api.queue_worker) -----------------------------
+    # -- several replicas and workers (pipeplan.api.queue, pipeplan.api.queue_worker) -----------------------------
     job_queue: Literal["local", "postgresql"] = Field(
         "local", description="'local': each server solves in its own worker processes (jobs die with it); "
                              "'postgresql': servers enqueue jobs in a durable queue on the PostgreSQL database "

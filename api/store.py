@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
-from api.models import GraphRow, JobRow, PlanRow, utcnow
+from pipeplan.api.models import GraphRow, JobRow, PlanRow, utcnow
 
 __all__ = [
     "find_graph", "finish_job", "job_summary", "job_view", "list_jobs", "list_plans",
@@ -172,7 +172,7 @@ def recover_jobs(session: Session) -> int:
     """Fail the jobs a stopped service left unfinished in its own worker pool; the count of them.
 
     Jobs of the durable queue (``queue_id`` set) are not this server's: their workers hold leases,
-    and only a lease that expired gives a job back (:func:`api.queue.sweep`)."""
+    and only a lease that expired gives a job back (:func:`pipeplan.api.queue.sweep`)."""
     result = session.execute(
         update(JobRow).where(JobRow.status.in_(("queued", "running")), JobRow.queue_id.is_(None))
         .values(status="failed", finished_at=utcnow(), error_type="Restarted",

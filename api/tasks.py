@@ -1,4 +1,4 @@
-"""What the worker pool (:mod:`api.pool`) takes and gives: tasks, their outcomes, the limits on a
+"""What the worker pool (:mod:`pipeplan.api.pool`) takes and gives: tasks, their outcomes, the limits on a
 worker, and the pool's counts."""
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class Outcome:
 @dataclass
 class Task:
     id: str
-    kind: str  # what api.worker.run does: plan, compare, predict
+    kind: str  # what pipeplan.api.worker.run does: plan, compare, predict
     payload: dict[str, Any]
     timeout: float  # seconds a worker may spend on it before it is killed
     timeout_note: str = ""  # what the time limit is made of, for the Timeout message

@@ -55,10 +55,10 @@ def find_bad_text(value: Any, path: Path | None = None) -> tuple[Path, str] | No
 
 
 def check_text(value: Any, loc: Path) -> None:
-    """Raise a 422 :class:`api.errors.ApiError` at the first string of ``value`` that cannot be stored."""
+    """Raise a 422 :class:`pipeplan.api.errors.ApiError` at the first string of ``value`` that cannot be stored."""
     found = find_bad_text(value)
     if found is not None:
-        from api.errors import ApiError
+        from pipeplan.api.errors import ApiError
 
         at, why = found
         raise ApiError(422, f"text must be valid Unicode without NUL; this string has {why}", [*loc, *at],

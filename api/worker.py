@@ -26,8 +26,8 @@ from dataclasses import replace
 from multiprocessing.connection import Connection
 from typing import Any
 
-from api.keys import canonical, digest_of, finite
-from api.logs import request_id
+from pipeplan.api.keys import canonical, digest_of, finite
+from pipeplan.api.logs import request_id
 
 __all__ = ["CostModelError", "LayerError", "run", "serve"]
 
@@ -53,10 +53,10 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
     if log_format is not None:
         import logging.config
 
-        from api.logs import logging_config
+        from pipeplan.api.logs import logging_config
 
         logging.config.dictConfig(logging_config("warning", log_format, access=False))
-    import planner.ilp  # noqa: F401  # imported before "ready" so the first solve is not slower
+    import pipeplan.planner.ilp  # noqa: F401  # imported before "ready" so the first solve is not slower
 
     if memory_limit:
         _, hard = resource.getrlimit(resource.RLIMIT_DATA)
@@ -122,20 +122,13 @@ def run(kind: str, payload: dict[str, Any]) -> Any:
     raise ValueError(f"unknown task kind {kind!r}")
 
 
-def _models() -> list[dict[str, Any]]:
-    from costmodel.zoo import list_models
-
-    return [{"name": m.name, "family": m.family, "inputs": m.inputs, "description": m.description, "meta": m.meta}
-            for m in list_models()]
-
-
 def _graph(payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
     """The request's graph, and its stored form when it was captured here (else None)."""
-    from costmodel.graph import ModelGraph
+    from pipeplan.costmodel.graph import ModelGraph
 
     if payload.get("graph_text") is not None:  # sent, or captured before
         return ModelGraph.from_json(payload["graph_text"]), None
-    from costmodel.zoo import capture_model
+    from pipeplan.costmodel.zoo import capture_model
 
     zoo = payload["zoo"]
     graph = capture_model(zoo["name"], zoo["batch"], granularity=zoo["granularity"],
@@ -148,7 +141,7 @@ def _graph(payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
 
 def _cost_model(spec: str) -> Any:
     """The cost model ``spec`` names, loaded once per worker (a learned one takes seconds)."""
-    from costmodel.registry import load_cost_model
+    from pipeplan.costmodel.registry import load_cost_model
 
     if spec not in _COST_MODELS:
         try:
@@ -159,9 +152,9 @@ def _cost_model(spec: str) -> Any:
 
 
 def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
-    from planner.cluster import Cluster
-    from planner.ilp import SolverOptions
-    from planner.problem import PlanOptions, Problem
+    from pipeplan.planner.cluster import Cluster
+    from pipeplan.planner.ilp import SolverOptions
+    from pipeplan.planner.problem import PlanOptions, Problem
 
     graph, stored = _graph(payload)
     cluster = Cluster.from_dict(payload["cluster"])
@@ -169,7 +162,7 @@ def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
     options = PlanOptions(**payload["options"])
     problem = Problem(graph, cluster, model, options)
     if options.min_throughput is not None and problem.max_bottleneck >= _longest_stage(problem):
-        # A floor no stage can break changes nothing, but planner.ilp scales it into an int64 and
+        # A floor no stage can break changes nothing, but pipeplan.planner.ilp scales it into an int64 and
         # overflows when it is extreme (min_throughput=1e-12): plan without it, report the options asked.
         problem = Problem(graph, cluster, model, replace(options, min_throughput=None))
     return problem, SolverOptions(**payload["solver"]), stored
@@ -185,9 +178,9 @@ def _longest_stage(problem: Any) -> float:
 
 
 def _plan(payload: dict[str, Any]) -> dict[str, Any]:
-    from api.reservations import stage_kind
-    from planner.ilp import solve
-    from planner.problem import PlanOptions
+    from pipeplan.api.reservations import stage_kind
+    from pipeplan.planner.ilp import solve
+    from pipeplan.planner.problem import PlanOptions
 
     problem, solver, stored = _problem(payload)
     plan = solve(problem, solver)
@@ -199,8 +192,8 @@ def _plan(payload: dict[str, Any]) -> dict[str, Any]:
 
 
 def _compare(payload: dict[str, Any]) -> dict[str, Any]:
-    from planner.compare import compare
-    from planner.problem import PlanOptions
+    from pipeplan.planner.compare import compare
+    from pipeplan.planner.problem import PlanOptions
 
     problem, solver, stored = _problem(payload)
     comp = compare(problem, solver)
@@ -225,10 +218,10 @@ def _seconds(value: float) -> float | None:
 def _predict(payload: dict[str, Any]) -> dict[str, Any]:
     """Each layer's time on each device: ``layers`` (graph-format layer documents), ``devices``
     (device documents, loads included), ``load`` (one load for all of them, or None)."""
-    from api.errors import ApiError
-    from api.resolve import check_sizes
-    from costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, ModelGraph
-    from costmodel.hardware import Contention, Device
+    from pipeplan.api.errors import ApiError
+    from pipeplan.api.resolve import check_sizes
+    from pipeplan.costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, ModelGraph
+    from pipeplan.costmodel.hardware import Contention, Device
 
     doc = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "model": "predict", "batch_size": 1,
            "layers": payload["layers"], "edges": []}
@@ -255,12 +248,3 @@ def _predict(payload: dict[str, Any]) -> dict[str, Any]:
         raise ValueError(f"cost model {payload['costmodel_name']!r}: {exc}") from None
     return {"costmodel": payload["costmodel_name"], "devices": list(totals), "layers": rows,
             "totals": {d: _seconds(t) for d, t in totals.items()}}
-
-
-if __name__ == "__main__":  # ``python -m api.worker models``: the zoo list as JSON (see api.zoo)
-    import json
-    import sys
-
-    if sys.argv[1:] != ["models"]:
-        sys.exit("usage: python -m api.worker models")
-    print(json.dumps(_models()))

@@ -1,22 +1,11 @@
-"""The model zoo as the service knows it, listed once by a helper process and then answered from
-memory.
-
-The zoo module imports torch, which the server process never does (it would cost seconds and
-hundreds of MB); the solver workers could list it, but then a listing would wait behind solves.  So
-the first request that needs the list starts a short-lived ``python -m api.worker models`` process.
-"""
+"""The model zoo as the service knows it: the torch-free catalogue (:mod:`pipeplan.costmodel.zoo.catalogue`),
+read in the server process, which never imports torch (building a model is the workers' job)."""
 
 from __future__ import annotations
 
-import asyncio
-import json
-import subprocess
-import sys
-import threading
-from concurrent.futures import Future
 from typing import Any
 
-from api.errors import ApiError
+from pipeplan.api.errors import ApiError
 
 __all__ = ["ZooCatalog", "activation_bytes"]
 
@@ -55,40 +44,16 @@ def activation_bytes(entry: dict[str, Any], batch: int, seq_len: int | None, ima
 
 
 class ZooCatalog:
-    def __init__(self, timeout: float, retry_after: int) -> None:
-        self._timeout = timeout
-        self._retry_after = retry_after
-        self._lock = threading.Lock()
-        self._future: Future[list[dict[str, Any]]] | None = None
+    """The zoo's entries as the service lists them."""
 
-    def start(self) -> Future[list[dict[str, Any]]]:
-        """Start listing the zoo unless the list is known or on its way (a failure is retried)."""
-        with self._lock:
-            if self._future is not None and not (self._future.done() and self._future.exception()):
-                return self._future
-            future: Future[list[dict[str, Any]]] = Future()
-            self._future = future
-        threading.Thread(target=self._list, args=(future,), name="pipeplan-zoo", daemon=True).start()
-        return future
+    def __init__(self) -> None:
+        from pipeplan.costmodel.zoo.catalogue import list_models
 
-    def _list(self, future: Future[list[dict[str, Any]]]) -> None:
-        try:
-            done = subprocess.run([sys.executable, "-m", "api.worker", "models"], capture_output=True, text=True,
-                                  timeout=self._timeout, check=False)
-            if done.returncode != 0:
-                tail = done.stderr.strip().splitlines()[-1:] or [f"exit status {done.returncode}"]
-                raise RuntimeError(f"listing the zoo failed: {tail[0]}")
-            future.set_result(json.loads(done.stdout))
-        except (OSError, subprocess.TimeoutExpired, ValueError, RuntimeError) as exc:
-            future.set_exception(RuntimeError(str(exc)))
+        self._models = [{"name": m.name, "family": m.family, "inputs": m.inputs, "description": m.description,
+                         "meta": m.meta} for m in list_models()]
 
     async def models(self) -> list[dict[str, Any]]:
-        future = self.start()
-        try:
-            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), self._timeout)
-        except (TimeoutError, RuntimeError) as exc:
-            raise ApiError(503, f"the model zoo is not available ({exc or 'still loading'}); try again",
-                           [], "unavailable", headers={"Retry-After": str(self._retry_after)}) from None
+        return [dict(m) for m in self._models]
 
     async def canonical_name(self, name: str, batch: int = 1, seq_len: int | None = None,
                              image_size: int | None = None, max_bytes: int | None = None) -> str:

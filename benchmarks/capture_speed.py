@@ -13,9 +13,9 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.capture import capture
-from costmodel.units import format_flops
-from costmodel.zoo import build_model, list_models
+from pipeplan.costmodel.capture import capture
+from pipeplan.costmodel.units import format_flops
+from pipeplan.costmodel.zoo import build_model, list_models
 
 
 def main() -> None:

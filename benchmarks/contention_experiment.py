@@ -22,15 +22,15 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.hardware import Contention
-from costmodel.registry import load_cost_model
-from costmodel.zoo import capture_model
-from executor import RunOptions, run_plan
-from planner.cluster import load_cluster
-from planner.ilp import SolverOptions, solve
-from planner.plan import Plan
-from planner.problem import PlanOptions, Problem
-from planner.simulate import evaluate
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.registry import load_cost_model
+from pipeplan.costmodel.zoo import capture_model
+from pipeplan.executor import RunOptions, run_plan
+from pipeplan.planner.cluster import load_cluster
+from pipeplan.planner.ilp import SolverOptions, solve
+from pipeplan.planner.plan import Plan
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.simulate import evaluate
 
 
 def main() -> None:

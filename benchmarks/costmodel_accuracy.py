@@ -23,9 +23,9 @@ import numpy as np
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.analytic import RooflineModel
-from costmodel.dataset import contention_from_row, read_dataset
-from costmodel.estimators import (
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.dataset import contention_from_row, read_dataset
+from pipeplan.costmodel.estimators import (
     Fitted,
     encode,
     fit_estimators,
@@ -34,9 +34,9 @@ from costmodel.estimators import (
     predict_log_time,
     vocabulary_of,
 )
-from costmodel.graph import Layer
-from costmodel.hardware import Device
-from costmodel.registry import SHIPPED
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Device
+from pipeplan.costmodel.registry import SHIPPED
 
 
 def roofline_time(row: dict[str, Any]) -> float:

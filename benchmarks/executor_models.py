@@ -5,7 +5,7 @@ For each model and stage count K, a cluster of K devices is written (``--target 
 core each, cycling over the cores this process may use; ``--target gpu``: every device on GPU 0 of
 this machine, so several stages share it and talk through host memory, or ``--gpus N`` distinct
 GPUs), the model is captured at block granularity, split by the time-balanced baseline into K
-stages, and run by :func:`executor.run_plan` with its output check.  The table gives the check's
+stages, and run by :func:`pipeplan.executor.run_plan` with its output check.  The table gives the check's
 largest relative error, the predicted and measured compute of the slowest stage, and the median
 relative error of the stages' compute.
 
@@ -24,12 +24,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from costmodel.registry import load_cost_model
-from costmodel.source import capture_source
-from executor import RunOptions, run_plan
-from planner.baselines import time_balanced
-from planner.cluster import load_cluster
-from planner.problem import PlanOptions, Problem
+from pipeplan.costmodel.registry import load_cost_model
+from pipeplan.costmodel.source import capture_source
+from pipeplan.executor import RunOptions, run_plan
+from pipeplan.planner.baselines import time_balanced
+from pipeplan.planner.cluster import load_cluster
+from pipeplan.planner.problem import PlanOptions, Problem
 
 SMALL = ["mlp", "rescnn", "tinygpt", "inception", *(f"tests.tiny_models:{f}" for f in (
     "llama_gqa", "t5_encoder_decoder", "vit", "convnext", "mixtral_moe", "bert_masked"))]

@@ -4,7 +4,7 @@ For each model, one 2-stage split at a module boundary (so that torch's own trac
 too) is run three ways, with the same processes-per-stage, core pinning, thread count, inputs,
 microbatches and GPipe schedule:
 
-- ``executor``: :func:`executor.run_plan` (its instrumented forward-only schedule);
+- ``executor``: :func:`pipeplan.executor.run_plan` (its instrumented forward-only schedule);
 - ``torch pipeline()``: hand-written ``pipeline(model, split_spec={...: SplitPoint.BEGINNING})``,
   ``pipe.build_stage`` and ``ScheduleGPipe.step``, timed around the batches and nothing else;
 - ``torch + our stages``: hand-written ``PipelineStage`` around the executor's own stage modules,
@@ -38,16 +38,16 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, SplitPoint, pipeline
 
-from costmodel.zoo import build_model, capture_model
-from executor import RunOptions, run_plan
-from executor.launch import free_port
-from executor.schedule import TimedSchedule
-from executor.source import batch_inputs, rebuild
-from executor.stages import split_program
-from planner.cluster import load_cluster
-from planner.plan import Certificate, Plan
-from planner.problem import PlanOptions, Problem
-from planner.simulate import make_plan
+from pipeplan.costmodel.zoo import build_model, capture_model
+from pipeplan.executor import RunOptions, run_plan
+from pipeplan.executor.launch import free_port
+from pipeplan.executor.schedule import TimedSchedule
+from pipeplan.executor.source import batch_inputs, rebuild
+from pipeplan.executor.stages import split_program
+from pipeplan.planner.cluster import load_cluster
+from pipeplan.planner.plan import Certificate, Plan
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.simulate import make_plan
 
 # model -> (build options, first layer of stage 1: a module boundary torch's tracer can split at)
 CASES: dict[str, tuple[dict[str, Any], str, str]] = {

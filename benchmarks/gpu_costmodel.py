@@ -17,12 +17,12 @@ from pathlib import Path
 
 import yaml
 
-from costmodel.analytic import RooflineModel
-from costmodel.gpu import DEFAULT_PARAMS_PATH, GpuCostModel, load_params
-from costmodel.gpu_accuracy import TOLERANCE, Report, evaluate
-from costmodel.gpu_fit import h100
-from costmodel.gpu_measurements import DATA_DIR, LOADS, measurements
-from costmodel.hardware import Device
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.gpu import DEFAULT_PARAMS_PATH, GpuCostModel, load_params
+from pipeplan.costmodel.gpu_accuracy import TOLERANCE, Report, evaluate
+from pipeplan.costmodel.gpu_fit import h100
+from pipeplan.costmodel.gpu_measurements import DATA_DIR, LOADS, measurements
+from pipeplan.costmodel.hardware import Device
 
 SPLITS = ("calibration", "evaluation")
 

@@ -15,15 +15,15 @@ from __future__ import annotations
 
 import argparse
 
-from costmodel.analytic import RooflineModel
-from costmodel.units import format_bytes, format_seconds
-from costmodel.zoo import capture_model
-from planner.cluster import Cluster, load_cluster
-from planner.harvest import HarvestOptions
-from planner.harvest_solve import solve_harvest
-from planner.ilp import SolverOptions, solve
-from planner.plan import Plan
-from planner.problem import PlanError, PlanOptions, Problem
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.units import format_bytes, format_seconds
+from pipeplan.costmodel.zoo import capture_model
+from pipeplan.planner.cluster import Cluster, load_cluster
+from pipeplan.planner.harvest import HarvestOptions
+from pipeplan.planner.harvest_solve import solve_harvest
+from pipeplan.planner.ilp import SolverOptions, solve
+from pipeplan.planner.plan import Plan
+from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 
 
 def tight(name: str, share: float, weights: int, lender: str | None) -> Cluster:

@@ -4,22 +4,22 @@
     .venv/bin/python benchmarks/llm_scale.py                 # 5 decoders on 4 and 8 devices, then the rung
     .venv/bin/python benchmarks/llm_scale.py --models llama-7b --clusters hetero-a100-t4 --no-rung --markdown
 
-Each model is built on the meta device (costmodel.zoo.llm: no weights), captured once at the given
-granularity (timed), saved as graph JSON, and planned by ``planner.ilp.solve`` in a fresh child
+Each model is built on the meta device (pipeplan.costmodel.zoo.llm: no weights), captured once at the given
+granularity (timed), saved as graph JSON, and planned by ``pipeplan.planner.ilp.solve`` in a fresh child
 process per cluster, so that the child's peak RSS is the planner's own (Python, OR-Tools and the
 graph included; the capture's memory is the parent's).  The table says where the plan's time goes:
-building the :class:`planner.problem.Problem` (cost model and memory terms), and the solve, split
+building the :class:`pipeplan.planner.problem.Problem` (cost model and memory terms), and the solve, split
 into the warm start (the baselines, timed again on their own), CP-SAT's own time, the tie-break
 among optimal plans (from its note in the certificate) and the rest (tick tables, the stage
 program, building CP-SAT's model; a difference of two timings, so noisy); "solve s, no tie-break" is
 a second solve with ``tie_break=False``, and "cold s, no tie-break" a third with no warm start as
-well (the stage program then starts from the price bound, :mod:`planner.ilp_bound`).  Memory
+well (the stage program then starts from the price bound, :mod:`pipeplan.planner.ilp_bound`).  Memory
 columns compare the planner's memory figure for the fullest stage with the liveness figure of
-:func:`costmodel.memory.stage_memory` for the same stage.
+:func:`pipeplan.costmodel.memory.stage_memory` for the same stage.
 
 The rung (``benchmarks/scale_graph.py``): a 10,103-operator mixture-of-experts decoder on 64 A100s
 in 8 hosts, built and planned in one child process (its peak RSS includes the graph and the
-problem); it takes the :mod:`planner.ilp_scale` path.
+problem); it takes the :mod:`pipeplan.planner.ilp_scale` path.
 
 Targets (issue 19): the decoders proven within 1% in ≤ 2 s on 2 cores; the rung certified within 1%
 in ≤ 60 s with peak memory ≤ 4 GB.  This script asserts nothing; it prints.
@@ -62,12 +62,12 @@ def _tie_seconds(passes: list[str]) -> float:
 def plan_one(graph_path: str, cluster: str, time_limit: float, gap: float, workers: int,
              microbatches: int) -> dict[str, Any]:
     """Plan one saved graph on one cluster (run in a child process); a JSON-able row."""
-    from costmodel.graph import ModelGraph
-    from costmodel.memory import stage_memory
-    from planner.baselines import best_baseline
-    from planner.cluster import load_cluster
-    from planner.ilp import SolverOptions, solve
-    from planner.problem import PlanOptions, Problem
+    from pipeplan.costmodel.graph import ModelGraph
+    from pipeplan.costmodel.memory import stage_memory
+    from pipeplan.planner.baselines import best_baseline
+    from pipeplan.planner.cluster import load_cluster
+    from pipeplan.planner.ilp import SolverOptions, solve
+    from pipeplan.planner.problem import PlanOptions, Problem
 
     graph = ModelGraph.load(graph_path)
     rss_before = _peak_rss()
@@ -106,8 +106,8 @@ def plan_one(graph_path: str, cluster: str, time_limit: float, gap: float, worke
 def plan_rung(time_limit: float, workers: int, microbatches: int) -> dict[str, Any]:
     """Build and plan the 10,000-operator rung (run in a child process); a JSON-able row."""
     from benchmarks.scale_graph import moe_decoder, pod_cluster
-    from planner.ilp import SolverOptions, solve
-    from planner.problem import PlanOptions, Problem
+    from pipeplan.planner.ilp import SolverOptions, solve
+    from pipeplan.planner.problem import PlanOptions, Problem
 
     t0 = time.perf_counter()
     graph = moe_decoder()
@@ -124,7 +124,7 @@ def plan_rung(time_limit: float, workers: int, microbatches: int) -> dict[str, A
 
 
 def capture(name: str, batch: int, seq_len: int, granularity: str, out: Path) -> dict[str, Any]:
-    from costmodel.zoo import capture_model
+    from pipeplan.costmodel.zoo import capture_model
 
     t0 = time.perf_counter()
     graph = capture_model(name, batch, granularity=granularity, seq_len=seq_len)

@@ -1,6 +1,6 @@
 """Bounded load on the planning service over loopback: latency and throughput, printed as a table.
 
-Starts ``python -m api serve`` on a fresh SQLite file (or ``--database-url``), makes a token and a
+Starts ``python -m pipeplan.api serve`` on a fresh SQLite file (or ``--database-url``), makes a token and a
 few plans, then offers load at fixed rates (open loop: request i is due at i / rate seconds, whether
 or not earlier ones have answered) through a bounded pool of keep-alive connections:
 
@@ -167,7 +167,8 @@ def start_server(database_url: str, workers: int) -> tuple[subprocess.Popen[byte
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     env = {**os.environ, "PIPEPLAN_DATABASE_URL": database_url, "PIPEPLAN_QUEUE_SIZE": "256"}
-    process = subprocess.Popen([sys.executable, "-m", "api", "serve", "--port", str(port), "--workers", str(workers),
+    process = subprocess.Popen([sys.executable, "-m", "pipeplan.api", "serve", "--port", str(port),
+                                "--workers", str(workers),
                                 "--no-access-log", "--log-level", "warning"], env=env, cwd=ROOT)
     url = f"http://127.0.0.1:{port}"
     for _ in range(600):
@@ -229,8 +230,8 @@ def main() -> None:
     parser.add_argument("--markdown", action="store_true", help="print a Markdown table")
     args = parser.parse_args()
 
-    from api.auth import create_token
-    from api.database import Database
+    from pipeplan.api.auth import create_token
+    from pipeplan.api.database import Database
 
     with tempfile.TemporaryDirectory() as tmp:
         database_url = args.database_url or f"sqlite:///{tmp}/bench.db"

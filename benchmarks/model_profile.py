@@ -6,7 +6,7 @@ pinned core (the lowest of three medians over about 2 s), against the sum over t
 
 - ``learned``: the shipped CPU model (``load_cost_model("learned")``), from layer features alone;
 - ``roofline``: ``analytic`` on this core's measured matmul FLOP/s and copy bandwidth;
-- ``profile``: :class:`costmodel.profiled.ProfiledCostModel` on the table of that very model,
+- ``profile``: :class:`pipeplan.costmodel.profiled.ProfiledCostModel` on the table of that very model,
   profiled idle a moment before (``pipeplan profile MODEL --levels idle``);
 
 and, from the profile, the sum of its layers against the uncut exported graph and the eager forward
@@ -122,7 +122,7 @@ def measure(run: Callable[[], Any], seconds: float, blocks: int = 3) -> float:
     Other engineers' test suites share this machine; a burst of theirs inflates a whole block, and
     the lowest block median is the best estimate of the undisturbed time.
     """
-    from costmodel.profile import pinned
+    from pipeplan.costmodel.profile import pinned
 
     medians: list[float] = []
     with pinned([0], 1), torch.inference_mode():
@@ -140,12 +140,12 @@ def measure(run: Callable[[], Any], seconds: float, blocks: int = 3) -> float:
 
 
 def evaluate(name: str, seconds: float, device: Any) -> dict[str, Any]:
-    from costmodel.analytic import RooflineModel
-    from costmodel.capture import capture_program
-    from costmodel.profiled import ProfiledCostModel
-    from costmodel.registry import load_cost_model
-    from costmodel.source import build_source
-    from executor.profile_model import ModelProfileSettings, layer_chain, profile_built
+    from pipeplan.costmodel.analytic import RooflineModel
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.costmodel.profiled import ProfiledCostModel
+    from pipeplan.costmodel.registry import load_cost_model
+    from pipeplan.costmodel.source import build_source
+    from pipeplan.executor.profile_model import ModelProfileSettings, layer_chain, profile_built
 
     source = {"factory": f"{Path(__file__).resolve()}:{name}", "batch_size": 2}
     built = build_source(source)
@@ -179,8 +179,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per measurement (2)")
     args = parser.parse_args()
 
-    from costmodel.hardware import cpu_model
-    from costmodel.profile import ProfileSettings, measure_device
+    from pipeplan.costmodel.hardware import cpu_model
+    from pipeplan.costmodel.profile import ProfileSettings, measure_device
 
     device = measure_device(ProfileSettings(cores=[0]))
     print(f"CPU {cpu_model()}, core 0, 1 thread; measured {device.peak_flops / 1e9:.0f} GFLOP/s, "

@@ -10,8 +10,8 @@ Prints a table; not a test.  Run: ``.venv/bin/python benchmarks/planner_bench.py
 (the full run, 60 cases, takes about a minute on 2 cores, most of it graph capture and the few cases
 where CP-SAT runs; ``--quick`` a few seconds).
 
-``time s`` is the wall time of :func:`planner.ilp.solve`: the baselines of the warm start, the stage
-program of :mod:`planner.ilp_bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
+``time s`` is the wall time of :func:`pipeplan.planner.ilp.solve`: the baselines of the warm start, the stage
+program of :mod:`pipeplan.planner.ilp_bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
 which ``presolve s`` passed before the search began ("-": CP-SAT did not run because the stage
 program's bound already proved the plan, or the time limit struck during presolve).  ``sol s`` is
 when CP-SAT found its last improving solution ("hint": none but its hint), read from its search
@@ -36,13 +36,13 @@ from ortools.sat.python import cp_model
 from rich.console import Console
 from rich.table import Table
 
-from costmodel.analytic import RooflineModel
-from costmodel.graph import Layer, ModelGraph
-from costmodel.hardware import Contention
-from planner.baselines import BASELINES
-from planner.cluster import Cluster, load_cluster
-from planner.ilp import SolverOptions, solve
-from planner.problem import CommMode, PlanError, PlanOptions, Problem
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.planner.baselines import BASELINES
+from pipeplan.planner.cluster import Cluster, load_cluster
+from pipeplan.planner.ilp import SolverOptions, solve
+from pipeplan.planner.problem import CommMode, PlanError, PlanOptions, Problem
 
 RANDOM_SIZES = (50, 100, 200, 350, 500, 1000)
 ZOO_MODELS = ("gpt2", "bert-base", "vit-base", "resnet-50")
@@ -113,7 +113,7 @@ class GraphCase:
 
 
 def graph_cases(quick: bool) -> list[GraphCase]:
-    from costmodel.zoo import capture_model  # torch and transformers: only when a zoo graph is wanted
+    from pipeplan.costmodel.zoo import capture_model  # torch and transformers: only when a zoo graph is wanted
 
     def zoo(model: str, batch: int, granularity: str) -> Callable[[], ModelGraph]:
         return lambda: capture_model(model, batch, granularity=granularity)
@@ -179,7 +179,7 @@ class SearchTrace:
 
 @contextmanager
 def traced_solver() -> Iterator[SearchTrace]:
-    """Record the search log of the CP-SAT solve that :func:`planner.ilp.solve` runs inside this block.
+    """Record the search log of the CP-SAT solve that :func:`pipeplan.planner.ilp.solve` runs inside this block.
 
     ``solve`` takes no callback, so the benchmark swaps in a CpSolver that logs to ``trace``; the
     search itself is unchanged (logging costs a few lines of text per improvement).
@@ -219,7 +219,7 @@ class Result:
     gap: float = math.nan  # (objective − best bound) / objective, from the certificate's numbers
     ilp: float = math.nan
     from_warm_start: bool = False
-    from_program: bool = False  # the plan is the stage program's (planner.ilp_bound)
+    from_program: bool = False  # the plan is the stage program's (pipeplan.planner.ilp_bound)
     cp_sat_run: bool = True  # False: the stage program's bound proved the plan, CP-SAT never ran
     best_name: str = "-"
     best: float = math.nan

@@ -5,7 +5,7 @@ horizons from seconds to hours.
     .venv/bin/python benchmarks/replan.py --model rescnn --granularity block --load 0.75
 
 The current plan is the ILP's on the idle cluster.  Then the device of its bottleneck stage gets a
-co-tenant using ``--load`` of it, and :func:`planner.replan.replan` decides, for each horizon,
+co-tenant using ``--load`` of it, and :func:`pipeplan.planner.replan.replan` decides, for each horizon,
 whether to stay or move.  Printed per horizon: the bottleneck before the load, staying under it and
 after re-planning, the state moved against reloading the whole model, the migration's seconds, the
 decision and the certificate.  Then the horizon at which moving starts to pay, found exactly: at a
@@ -19,16 +19,16 @@ from __future__ import annotations
 import argparse
 import time
 
-from costmodel.analytic import RooflineModel
-from costmodel.hardware import Contention
-from costmodel.units import format_bytes, format_seconds
-from costmodel.zoo import capture_model
-from planner.cluster import load_cluster
-from planner.ilp import SolverOptions, solve
-from planner.migration import DEFAULT_RELOAD, Horizon
-from planner.plan import Plan
-from planner.problem import PlanOptions, Problem
-from planner.replan import replan
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.units import format_bytes, format_seconds
+from pipeplan.costmodel.zoo import capture_model
+from pipeplan.planner.cluster import load_cluster
+from pipeplan.planner.ilp import SolverOptions, solve
+from pipeplan.planner.migration import DEFAULT_RELOAD, Horizon
+from pipeplan.planner.plan import Plan
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.replan import replan
 
 HORIZONS = ("10mb", "50mb", "100mb", "1000mb", "1s", "1m", "1h")
 _JUST_BELOW = 1 - 1e-3  # relative: a horizon this much below a plan's break-even

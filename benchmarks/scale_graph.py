@@ -1,7 +1,7 @@
 """The next rung of issue 19: a 10,000-operator graph on 64 devices in 8 hosts.
 
 No zoo model is captured below leaf granularity, so the graph is written out operator by operator
-with :class:`planner.builder.GraphBuilder`, in the shape ``torch.export`` gives a Hugging Face
+with :class:`pipeplan.planner.builder.GraphBuilder`, in the shape ``torch.export`` gives a Hugging Face
 mixture-of-experts decoder (Mixtral's layout at Mixtral-8x22B's sizes: hidden 6144, 48 query and 8
 key/value heads, 8 experts of 16384, 2 routed per token; bf16):
 
@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from costmodel.graph import ModelGraph
-from planner.builder import GraphBuilder
-from planner.cluster import Cluster
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.planner.builder import GraphBuilder
+from pipeplan.planner.cluster import Cluster
 
 __all__ = ["HOSTS", "PER_HOST", "moe_decoder", "pod_cluster"]
 

@@ -1,8 +1,8 @@
 """Several replicas and queue workers on one PostgreSQL, on this machine: throughput, cached reads,
 and jobs lost when a replica and a worker are killed mid-load.
 
-Starts ``--replicas`` servers (``python -m api serve``) and ``--workers`` queue workers
-(``python -m api worker``, one solver process each) with ``PIPEPLAN_JOB_QUEUE=postgresql``, on a
+Starts ``--replicas`` servers (``python -m pipeplan.api serve``) and ``--workers`` queue workers
+(``python -m pipeplan.api worker``, one solver process each) with ``PIPEPLAN_JOB_QUEUE=postgresql``, on a
 schema of its own in the PostgreSQL at ``--database-url`` (dropped at the end), then measures:
 
 - ``cached GET``: ``GET /v1/plans/{id}`` of stored plans, open loop at ``--rate``, round robin over
@@ -104,11 +104,12 @@ def _env(database_url: str, args: argparse.Namespace) -> dict[str, str]:
 def start(kind: str, database_url: str, args: argparse.Namespace, log: Path) -> Proc:
     out = log.open("ab")
     if kind == "worker":
-        cmd = [sys.executable, "-m", "api", "worker", "--workers", str(args.solvers), "--log-level", "warning"]
+        cmd = [sys.executable, "-m", "pipeplan.api", "worker", "--workers", str(args.solvers), "--log-level", "warning"]
         return Proc(kind, subprocess.Popen(cmd, env=_env(database_url, args), cwd=ROOT, stdout=out,
                                            stderr=subprocess.STDOUT, start_new_session=True))
     port = _free_port()
-    cmd = [sys.executable, "-m", "api", "serve", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    cmd = [sys.executable, "-m", "pipeplan.api", "serve", "--port", str(port), "--no-access-log",
+           "--log-level", "warning"]
     return Proc(kind, subprocess.Popen(cmd, env=_env(database_url, args), cwd=ROOT, stdout=out,
                                        stderr=subprocess.STDOUT, start_new_session=True), f"http://127.0.0.1:{port}")
 
@@ -365,8 +366,8 @@ def main() -> None:
     import httpx
     from sqlalchemy import create_engine, text
 
-    from api.auth import create_token
-    from api.database import Database
+    from pipeplan.api.auth import create_token
+    from pipeplan.api.database import Database
 
     schema = f"pipeplan_bench_{uuid.uuid4().hex[:8]}"
     root = create_engine(args.database_url)

@@ -2,8 +2,8 @@
 
 Public surface::
 
-    from costmodel import capture, capture_model, ModelGraph, Layer, Device, Contention
-    from costmodel import CostModel, RooflineModel, LearnedCostModel, load_cost_model, CoRunners
+    from pipeplan.costmodel import capture, capture_model, ModelGraph, Layer, Device, Contention
+    from pipeplan.costmodel import CostModel, RooflineModel, LearnedCostModel, load_cost_model, CoRunners
 
 ``costmodel`` knows nothing of the planner, the executor or the service.  Names are imported
 lazily so that light users (a cluster spec, the CLI's ``--help``) do not pay for importing torch.
@@ -15,26 +15,26 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "RooflineModel": "costmodel.analytic",
-    "CostModel": "costmodel.base",
-    "LayerMemory": "costmodel.base",
-    "CaptureError": "costmodel.capture",
-    "CoRunners": "costmodel.corunners",
-    "LearnedCostModel": "costmodel.learned",
-    "load_cost_model": "costmodel.registry",
-    "capture": "costmodel.capture",
-    "register_flop_formula": "costmodel.capture_ops",
-    "parse_granularity": "costmodel.capture",
-    "GraphError": "costmodel.graph",
-    "Layer": "costmodel.graph",
-    "ModelGraph": "costmodel.graph",
-    "TensorInfo": "costmodel.graph",
-    "Contention": "costmodel.hardware",
-    "Device": "costmodel.hardware",
-    "ZooError": "costmodel.zoo.catalogue",
-    "build_model": "costmodel.zoo.build",
-    "capture_model": "costmodel.zoo.build",
-    "list_models": "costmodel.zoo.catalogue",
+    "RooflineModel": "pipeplan.costmodel.analytic",
+    "CostModel": "pipeplan.costmodel.base",
+    "LayerMemory": "pipeplan.costmodel.base",
+    "CaptureError": "pipeplan.costmodel.capture",
+    "CoRunners": "pipeplan.costmodel.corunners",
+    "LearnedCostModel": "pipeplan.costmodel.learned",
+    "load_cost_model": "pipeplan.costmodel.registry",
+    "capture": "pipeplan.costmodel.capture",
+    "register_flop_formula": "pipeplan.costmodel.capture_ops",
+    "parse_granularity": "pipeplan.costmodel.capture",
+    "GraphError": "pipeplan.costmodel.graph",
+    "Layer": "pipeplan.costmodel.graph",
+    "ModelGraph": "pipeplan.costmodel.graph",
+    "TensorInfo": "pipeplan.costmodel.graph",
+    "Contention": "pipeplan.costmodel.hardware",
+    "Device": "pipeplan.costmodel.hardware",
+    "ZooError": "pipeplan.costmodel.zoo.catalogue",
+    "build_model": "pipeplan.costmodel.zoo.build",
+    "capture_model": "pipeplan.costmodel.zoo.build",
+    "list_models": "pipeplan.costmodel.zoo.catalogue",
 }
 
 __all__ = sorted(_EXPORTS)
@@ -42,5 +42,10 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS:
-        raise AttributeError(f"module 'costmodel' has no attribute {name!r}")
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     return getattr(importlib.import_module(_EXPORTS[name]), name)
+
+
+# The folder is installed as pipeplan.costmodel; imported under another name it would be a second copy.
+if __name__ != "pipeplan.costmodel":
+    raise ImportError(f"import pipeplan.costmodel, not {__name__}: pipeplan's packages live under one namespace")

@@ -3,16 +3,16 @@
 time = max(FLOPs / (peak · (1 − c)), bytes / (bandwidth · (1 − m))) + kernels · overhead
 
 where ``c`` and ``m`` are the compute and memory-bandwidth shares that other work holds on the
-device (:meth:`costmodel.hardware.Contention.shares`).  This is the classic roofline (Williams,
+device (:meth:`pipeplan.costmodel.hardware.Contention.shares`).  This is the classic roofline (Williams,
 Waterman and Patterson, CACM 2009) applied layer by layer, with a fixed per-operator dispatch cost
 so that tiny layers are not predicted as free.
 """
 
 from __future__ import annotations
 
-from costmodel.base import CostModel
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["DEFAULT_OVERHEAD", "RooflineModel"]
 
@@ -24,7 +24,7 @@ DEFAULT_OVERHEAD = {"cpu": 3e-6, "gpu": 5e-6}
 class RooflineModel(CostModel):
     """Roofline time of a layer on a device, slowed by the device's contention.
 
-    >>> from costmodel.graph import Layer
+    >>> from pipeplan.costmodel.graph import Layer
     >>> layer = Layer("fc", "linear", "Linear", 0, flops=2_000_000, bytes_read=1000,
     ...               bytes_written=1000, param_bytes=800, activation_bytes=1000, kernels=1)
     >>> dev = Device(id="d", memory="1GiB", peak_flops=1e9, mem_bandwidth=1e9)

@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["CostModel", "LayerMemory", "LinkLike"]
 
@@ -39,12 +39,12 @@ class LayerMemory:
 class CostModel(ABC):
     """Predicts how long a layer takes on a device under a load, and how much memory it needs.
 
-    Implementations: :class:`costmodel.analytic.RooflineModel` (no data needed) and the learned,
+    Implementations: :class:`pipeplan.costmodel.analytic.RooflineModel` (no data needed) and the learned,
     contention-aware models trained from profiles.
     """
 
     name: str = "cost model"
-    # Set by costmodel.registry.load_cost_model, so that a plan records exactly which model made it:
+    # Set by pipeplan.costmodel.registry.load_cost_model, so that a plan records exactly which model made it:
     spec: str | None = None  # what to load it again with: a name, or a model file's absolute path
     digest: str | None = None  # "sha256:…" of the model file; None for a model without a file
 
@@ -63,7 +63,7 @@ class CostModel(ABC):
         """Seconds a pipeline stage on ``device`` pays once per microbatch, whatever its layers.
 
         0 unless a model says otherwise. On a time-sliced GPU a stage waits for other contexts'
-        slices once per pass it launches and synchronises (:mod:`costmodel.timeslice`): a cost
+        slices once per pass it launches and synchronises (:mod:`pipeplan.costmodel.timeslice`): a cost
         that no split of a stage's layers changes, so it is not in any :meth:`layer_time`.
         """
         return 0.0

@@ -28,9 +28,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from costmodel.base import CostModel, LayerMemory
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device, cpu_model
+from pipeplan.costmodel.base import CostModel, LayerMemory
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 
 __all__ = ["WINDOW", "CalibratedCostModel", "CalibrationStore", "Observation", "default_path", "device_key",
            "model_key", "record_run"]

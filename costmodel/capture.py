@@ -43,10 +43,10 @@ import torch
 from torch import nn
 from torch.export.graph_signature import InputKind
 
-from costmodel.capture_ops import report_uncounted
-from costmodel.capture_owners import Owners
-from costmodel.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
-from costmodel.graph import Layer, ModelGraph, TensorInfo
+from pipeplan.costmodel.capture_ops import report_uncounted
+from pipeplan.costmodel.capture_owners import Owners
+from pipeplan.costmodel.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
+from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
 
 __all__ = ["CaptureError", "CapturedProgram", "capture", "capture_program", "parse_granularity"]
 
@@ -407,7 +407,7 @@ def _distinct_bytes(tensors: Any) -> int:
     seen: dict[tuple[int, int], int] = {}
     for t in tensors:
         if isinstance(t, torch.Tensor):
-            # Meta tensors (models too large to build, costmodel.zoo.llm) all have data_ptr 0: tell
+            # Meta tensors (models too large to build, pipeplan.costmodel.zoo.llm) all have data_ptr 0: tell
             # their storages apart by the storage object itself, which tied weights share.
             storage = t.untyped_storage()
             where = storage._cdata if t.is_meta else storage.data_ptr()
@@ -445,7 +445,7 @@ def _batch_size(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
 
 class _CallableModule(type(sys.modules[__name__])):  # type: ignore[misc]
     """``from costmodel import capture`` must give the function, yet importing this submodule binds
-    ``costmodel.capture`` to the module (import order decides which one a user gets): the module
+    ``pipeplan.costmodel.capture`` to the module (import order decides which one a user gets): the module
     is made callable as the function, so both spellings work in any order."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> ModelGraph:

@@ -219,6 +219,6 @@ def report_uncounted(model: str, layer_ops: Iterable[tuple[str, Iterable[str]]])
                             for op, layers in sorted(uncounted.items()))
         log.warning("%s: %d operator(s) have no FLOP formula and were counted as 0 FLOPs: %s. Predicted "
                     "times for these layers rest on bytes alone; register a formula with "
-                    "costmodel.register_flop_formula('namespace::op', formula)",
+                    "pipeplan.costmodel.register_flop_formula('namespace::op', formula)",
                     model, len(uncounted), listing)
     return uncounted

@@ -1,4 +1,4 @@
-"""Which module owns each exported operator at a capture granularity (see :mod:`costmodel.capture`).
+"""Which module owns each exported operator at a capture granularity (see :mod:`pipeplan.costmodel.capture`).
 
 ``leaf`` gives an operator to the innermost leaf module that called it; ``block`` to the repeated
 block around it (:func:`block_paths`); ``depth:N`` to its ancestor at depth N of the module tree.

@@ -16,7 +16,7 @@ DEFAULT_LAYERS = "sweep," + ",".join(f"model:{m}" for m in DEFAULT_MODELS)
 
 
 def _user_errors() -> tuple[type[Exception], ...]:
-    from costmodel.corunners import CoRunnerError
+    from pipeplan.costmodel.corunners import CoRunnerError
 
     return (CoRunnerError,)
 
@@ -27,8 +27,8 @@ USER_ERRORS: tuple[type[Exception], ...] = _user_errors()
 
 
 def _targets(layers: str, per_kind: int, gpu: int | None) -> list[Any]:
-    from costmodel.layerspecs import KINDS, default_sweep, parse_spec
-    from costmodel.profile import targets_from_models, targets_from_specs
+    from pipeplan.costmodel.layerspecs import KINDS, default_sweep, parse_spec
+    from pipeplan.costmodel.profile import targets_from_models, targets_from_specs
 
     # Items are comma-separated and so are a shape's parameters: "k=v" pieces belong to the item before.
     items: list[str] = []
@@ -59,8 +59,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from costmodel.hardware import Contention
-    from costmodel.profile import ProfileSettings, measure_device, profile
+    from pipeplan.costmodel.hardware import Contention
+    from pipeplan.costmodel.profile import ProfileSettings, measure_device, profile
 
     console = Console(stderr=True)
     out = Path(args.out)
@@ -95,8 +95,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from costmodel.dataset import read_dataset
-    from costmodel.learned import LearnedCostModel
+    from pipeplan.costmodel.dataset import read_dataset
+    from pipeplan.costmodel.learned import LearnedCostModel
 
     console = Console()
     rows = read_dataset(args.data)
@@ -153,9 +153,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.markdown import Markdown
 
-    from costmodel.learned import LearnedCostModel
-    from costmodel.registry import resolve_model_path
-    from costmodel.report import markdown_report, write_plots
+    from pipeplan.costmodel.learned import LearnedCostModel
+    from pipeplan.costmodel.registry import resolve_model_path
+    from pipeplan.costmodel.report import markdown_report, write_plots
 
     model = LearnedCostModel.load(resolve_model_path(args.model))
     text = markdown_report(model)
@@ -206,7 +206,7 @@ def register(sub: Any) -> None:
     t.add_argument("--seed", type=int, default=0)
     t.add_argument("--no-eval", action="store_true", help="skip the held-out evaluation")
     t.add_argument("--in-model", metavar="IN_MODEL.csv",
-                   help="layers timed inside real forward passes (python -m costmodel.tuning_set): adds the "
+                   help="layers timed inside real forward passes (python -m pipeplan.costmodel.tuning_set): adds the "
                    "correction for a layer in a pass, which graph predictions then use")
     t.set_defaults(func=cmd_train)
     r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",

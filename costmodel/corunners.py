@@ -1,6 +1,6 @@
 """Real contention: co-running processes that keep a device busy while layers are timed or run.
 
-A :class:`~costmodel.hardware.Contention` describes a load; :class:`CoRunners` creates it for real:
+A :class:`~pipeplan.costmodel.hardware.Contention` describes a load; :class:`CoRunners` creates it for real:
 
 - ``kind="compute"``: each co-runner multiplies small dense matrices that stay in cache, so it takes
   the core's arithmetic units and little memory bandwidth;
@@ -14,12 +14,12 @@ A :class:`~costmodel.hardware.Contention` describes a load; :class:`CoRunners` c
 - ``duty`` below 1: each co-runner works ``duty`` of every 20 ms period and sleeps the rest;
 - ``utilization=u``: one compute co-runner that works ``u`` of every 20 ms period and sleeps the rest.
 
-Co-runners are separate OS processes (``python -m costmodel.corunners``), pinned to the given CPU
+Co-runners are separate OS processes (``python -m pipeplan.costmodel.corunners``), pinned to the given CPU
 cores with one BLAS thread each, so that they share exactly the cores of the device under test.
 On CUDA they run kernels on the given GPU instead. They exit by themselves if their parent dies, so
 a crashed profiler or executor never leaves them spinning.
 
->>> from costmodel.hardware import Contention
+>>> from pipeplan.costmodel.hardware import Contention
 >>> with CoRunners(Contention(corunners=1, kind="memory"), cores=[0]) as load:
 ...     len(load.pids)
 1
@@ -36,7 +36,7 @@ import time
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
-from costmodel.hardware import Contention
+from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["CoRunnerError", "CoRunners"]
 
@@ -84,7 +84,7 @@ class CoRunners:
             specs = [("compute", self.load.utilization)] if self.load.utilization > 0 else []
         else:
             specs = [(self.load.kind, self.load.duty)] * self.load.corunners
-        base = [sys.executable, "-m", "costmodel.corunners"]
+        base = [sys.executable, "-m", "pipeplan.costmodel.corunners"]
         where = (["--gpu", str(self.gpu)] if self.gpu is not None else
                  ["--cores", ",".join(map(str, self.cores))] if self.cores is not None else [])
         return [[*base, "--kind", kind, "--duty", f"{duty:.4f}", *where] for kind, duty in specs]
@@ -212,7 +212,7 @@ def _run(kind: str, duty: float, cores: list[int] | None, gpu: int | None) -> No
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m costmodel.corunners",
+    parser = argparse.ArgumentParser(prog="python -m pipeplan.costmodel.corunners",
                                      description="One co-runner process (started by CoRunners).")
     parser.add_argument("--kind", choices=("compute", "memory", "mixed", "tenant"), required=True)
     parser.add_argument("--duty", type=float, default=1.0, help="share of each 20 ms period spent working")

@@ -3,8 +3,8 @@
 A row holds the layer's features (type, FLOPs, bytes, parameters, intensity, batch), the device
 (type, peak FLOP/s, bandwidth), the contention (co-runners, kind, utilisation, the shares they take)
 and the measured forward time (median, spread) with the settings it was measured under. The same
-feature functions turn a captured :class:`~costmodel.graph.Layer` on a planner
-:class:`~costmodel.hardware.Device` into a row at prediction time, so training and prediction can
+feature functions turn a captured :class:`~pipeplan.costmodel.graph.Layer` on a planner
+:class:`~pipeplan.costmodel.hardware.Device` into a row at prediction time, so training and prediction can
 never disagree on what a feature means.
 """
 
@@ -16,9 +16,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from costmodel.analytic import DEFAULT_OVERHEAD
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.analytic import DEFAULT_OVERHEAD
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = [
     "CATEGORICAL", "COLUMNS", "NUMERIC", "contention_features", "contention_from_row", "device_features",

@@ -1,7 +1,7 @@
 """The estimators of the learned cost model: the feature matrix, the fit, the prediction, the split.
 
-:mod:`costmodel.learned` wraps them as a :class:`~costmodel.base.CostModel` with a file format;
-:mod:`costmodel.evaluation` scores them on held-out shapes.  Both read this module and neither
+:mod:`pipeplan.costmodel.learned` wraps them as a :class:`~pipeplan.costmodel.base.CostModel` with a file format;
+:mod:`pipeplan.costmodel.evaluation` scores them on held-out shapes.  Both read this module and neither
 reads the other's internals.
 """
 
@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.dataset import CATEGORICAL, NUMERIC, model_inputs
-from costmodel.smooth import OperatorGP, fit_operator_gps
+from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, model_inputs
+from pipeplan.costmodel.smooth import OperatorGP, fit_operator_gps
 
 __all__ = ["SMOOTH_WEIGHT", "Fitted", "encode", "feature_names", "fit_estimators", "held_out_split", "operators",
            "predict_log_time", "vocabulary_of"]

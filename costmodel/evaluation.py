@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.estimators import Fitted, encode, operators, predict_log_time
+from pipeplan.costmodel.estimators import Fitted, encode, operators, predict_log_time
 
 __all__ = ["MIN_HELD_OUT_CONFIGS", "WORK_KINDS", "coverage", "error_figures", "evaluate_split", "judgement",
            "mape_interval"]

@@ -2,7 +2,7 @@
 
 Eager PyTorch on a GPU runs two things at once: the host launches kernels (Python, the dispatcher,
 the launch itself) and the GPU runs them as they arrive. What a layer launches is read from its
-operators by :mod:`costmodel.gpu_kernels`: kernels (views, ``getitem`` and inference dropout launch
+operators by :mod:`pipeplan.costmodel.gpu_kernels`: kernels (views, ``getitem`` and inference dropout launch
 none; a reshape of a transposed tensor, or a permuted view reaching a layer norm or a matrix
 product, adds a copy), dispatcher-only operators, and copy bytes. For each layer the model has
 
@@ -28,7 +28,7 @@ overestimate. :meth:`GpuCostModel.layer_times` returns the increments ``F_l − 
 events around each layer measure, too); a pass adds ``host_pass`` and the slice waits once,
 :meth:`GpuCostModel.stage_overhead`, which the planner charges once per stage.
 
-Contention follows :mod:`costmodel.timeslice`: other contexts stretch the device time and the pass
+Contention follows :mod:`pipeplan.costmodel.timeslice`: other contexts stretch the device time and the pass
 waits for their slices once. The constants are fitted on an H100 (``costmodel/data/gpu/``, see
 ``costmodel/gpu_fit.py``); :func:`load_params` reads them.
 """
@@ -43,12 +43,12 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from costmodel.base import CostModel
-from costmodel.gpu_kernels import grouped_conv, launches, strided_into, tensor_core_ready
-from costmodel.gpu_specs import Dtype, dtype_bytes, recognise
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
-from costmodel.timeslice import SharingParams, sharing
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.gpu_kernels import grouped_conv, launches, strided_into, tensor_core_ready
+from pipeplan.costmodel.gpu_specs import Dtype, dtype_bytes, recognise
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.costmodel.timeslice import SharingParams, sharing
 
 __all__ = ["DEFAULT_PARAMS_PATH", "GpuCostModel", "GpuParams", "load_params"]
 
@@ -144,7 +144,7 @@ class GpuCostModel(CostModel):
     ``dtype`` is the dtype the model runs in (graphs are captured in fp32; their bytes are scaled);
     ``tf32_matmul`` and ``tf32_conv`` are torch's ``allow_tf32`` switches (defaults as torch's).
 
-    >>> from costmodel.gpu_specs import gpu_device
+    >>> from pipeplan.costmodel.gpu_specs import gpu_device
     >>> m = GpuCostModel(GpuParams())
     >>> fc = Layer("fc", "linear", "Linear", 0, flops=2 * 4096**3, bytes_read=3 * 4 * 4096**2,
     ...            bytes_written=4 * 4096**2, param_bytes=4 * 4096**2, activation_bytes=4 * 4096**2, kernels=1)
@@ -193,7 +193,7 @@ class GpuCostModel(CostModel):
 
     def host_time(self, layer: Layer, strided_input: bool = False) -> float:
         """Seconds the host spends launching ``layer`` (``strided_input``: see
-        :func:`costmodel.gpu_kernels.launches`)."""
+        :func:`pipeplan.costmodel.gpu_kernels.launches`)."""
         p = self.params
         launch = launches(layer, strided_input)
         module = p.host_module if layer.module_type != "functional" else 0.0
@@ -259,7 +259,7 @@ class GpuCostModel(CostModel):
 
     def stage_overhead(self, device: Device, load: Contention | None = None) -> float:
         """Once per pass a stage launches: entering it, synchronising at its end, and waiting for
-        other contexts' time slices (:func:`costmodel.timeslice.sharing`)."""
+        other contexts' time slices (:func:`pipeplan.costmodel.timeslice.sharing`)."""
         load = load if load is not None else device.load
         return self.params.host_pass + sharing(load, self.params.sharing).wait
 

@@ -18,11 +18,11 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from costmodel.base import CostModel
-from costmodel.gpu import GpuCostModel
-from costmodel.gpu_measurements import LOADS, Measured, graphs, load_contention, measurements
-from costmodel.graph import ModelGraph
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.gpu import GpuCostModel
+from pipeplan.costmodel.gpu_measurements import LOADS, Measured, graphs, load_contention, measurements
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["LEAF_MIN_PASS", "TOLERANCE", "LoadRow", "Report", "evaluate", "module_spans", "wall_time"]
 

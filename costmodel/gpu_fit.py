@@ -1,7 +1,7 @@
 """Fit the GPU cost model's constants on the calibration configurations of the H100 measurements.
 
 Two least-squares fits of log errors (``scipy.optimize.least_squares``, trust-region reflective,
-parameters in log space so they stay positive), on :data:`~costmodel.gpu_measurements.CALIBRATION`
+parameters in log space so they stay positive), on :data:`~pipeplan.costmodel.gpu_measurements.CALIBRATION`
 only, never on the evaluation configurations:
 
 1. idle: efficiencies, ramp, kernel time, host costs and the recording hooks' cost (not
@@ -12,7 +12,7 @@ only, never on the evaluation configurations:
 2. sharing: per co-runner kind the stretch and slice wait, and how counts add up, against the
    wall clock under each of the six loads, with the idle constants fixed.
 
-``python -m costmodel.gpu_fit`` writes ``costmodel/data/gpu/analytic-h100.json`` (``--capture``
+``python -m pipeplan.costmodel.gpu_fit`` writes ``costmodel/data/gpu/analytic-h100.json`` (``--capture``
 first recaptures the shipped graphs). It takes about 20 s on two cores.
 """
 
@@ -29,9 +29,9 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.gpu import DEFAULT_PARAMS_PATH, GpuCostModel, GpuParams
-from costmodel.gpu_accuracy import module_spans
-from costmodel.gpu_measurements import (
+from pipeplan.costmodel.gpu import DEFAULT_PARAMS_PATH, GpuCostModel, GpuParams
+from pipeplan.costmodel.gpu_accuracy import module_spans
+from pipeplan.costmodel.gpu_measurements import (
     CALIBRATION,
     LOADS,
     MEASUREMENTS_PATH,
@@ -40,9 +40,9 @@ from costmodel.gpu_measurements import (
     load_contention,
     measurements,
 )
-from costmodel.gpu_specs import gpu_device
-from costmodel.hardware import Device
-from costmodel.timeslice import SharingParams
+from pipeplan.costmodel.gpu_specs import gpu_device
+from pipeplan.costmodel.hardware import Device
+from pipeplan.costmodel.timeslice import SharingParams
 
 __all__ = ["IDLE_NAMES", "SHARING_NAMES", "fit", "h100"]
 
@@ -128,7 +128,7 @@ def fit(keys: Sequence[str] = tuple(sorted(CALIBRATION))) -> tuple[GpuParams, di
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m costmodel.gpu_fit", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m pipeplan.costmodel.gpu_fit", description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_PARAMS_PATH)
     parser.add_argument("--capture", action="store_true", help="recapture the shipped leaf graphs first")
     args = parser.parse_args(argv)

@@ -1,6 +1,6 @@
 """What a captured layer launches on a GPU: kernels, hidden copies, and which units its FLOPs use.
 
-A captured :class:`~costmodel.graph.Layer` lists its operators (``aten.linear``, ``aten.view``, …)
+A captured :class:`~pipeplan.costmodel.graph.Layer` lists its operators (``aten.linear``, ``aten.view``, …)
 and counts as kernels those whose result does not alias an input. On a GPU three corrections follow
 from how eager PyTorch and its kernels work, not from any measurement:
 
@@ -21,7 +21,7 @@ from how eager PyTorch and its kernels work, not from any measurement:
   every multiply-add, so it is bound by the SMs' L1 load bandwidth (128 bytes per clock per SM):
   ``FLOPs × dtype bytes / l1_bandwidth``.
 
->>> from costmodel.graph import Layer
+>>> from pipeplan.costmodel.graph import Layer
 >>> out = 4 * 8 * 128 * 768  # the attention output, (8, 128, 768) in fp32, copied once by the reshape
 >>> attn = Layer("a", "attention", "functional", 0, flops=1, bytes_read=1, bytes_written=out, param_bytes=0,
 ...              activation_bytes=out, kernels=1,
@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
-from costmodel.graph import Layer
+from pipeplan.costmodel.graph import Layer
 
 __all__ = ["Launches", "grouped_conv", "launches", "strided_into", "tensor_core_ready"]
 
@@ -110,7 +110,7 @@ def grouped_conv(layer: Layer) -> bool:
     channels per group × kernel area, FLOPs / 2 / outputs) is shorter than its input channels:
     depthwise convolutions, for which no matrix unit helps.
 
-    >>> from costmodel.graph import Layer
+    >>> from pipeplan.costmodel.graph import Layer
     >>> dw = Layer("dw", "conv", "Conv2d", 0, flops=2 * 8 * 96 * 56 * 56 * 49, bytes_read=0,
     ...            bytes_written=4 * 8 * 96 * 56 * 56, param_bytes=4 * 96 * 50, activation_bytes=0,
     ...            kernels=1, input_shapes=[[8, 96, 56, 56]], ops=["aten.conv2d"])

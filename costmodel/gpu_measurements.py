@@ -7,7 +7,7 @@ models (bert-base, convnext-tiny, tinygpt, inception: a transformer, a CNN unlik
 short launch-bound passes) and is never used to choose a constant.
 
 Leaf graphs of the 15 configurations are shipped in ``zoo-graphs-leaf.json.gz`` (captured with
-:func:`costmodel.zoo.capture_model`; capturing the transformers takes seconds each), so that the
+:func:`pipeplan.costmodel.zoo.capture_model`; capturing the transformers takes seconds each), so that the
 fit, the benchmark and the test read the same layers; :func:`capture_graphs` rewrites the file.
 """
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
-from costmodel.graph import ModelGraph
-from costmodel.hardware import Contention
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["CALIBRATION", "DATA_DIR", "EVALUATION", "GRAPHS_PATH", "LOADS", "MEASUREMENTS_PATH", "Measured",
            "capture_graphs", "graphs", "measurements"]
@@ -80,7 +80,7 @@ def measurements(path: Path = MEASUREMENTS_PATH) -> tuple[Measured, ...]:
 
 def capture_graphs(path: Path = GRAPHS_PATH) -> dict[str, ModelGraph]:
     """Capture every measured configuration at leaf granularity and write them to ``path``."""
-    from costmodel.zoo import capture_model
+    from pipeplan.costmodel.zoo import capture_model
 
     captured = {m.key: capture_model(m.model, batch_size=m.batch, granularity="leaf") for m in measurements()}
     with gzip.open(path, "wt") as f:
@@ -96,6 +96,7 @@ def graphs(path: Path = GRAPHS_PATH) -> dict[str, ModelGraph]:
         with gzip.open(path, "rt") as f:
             doc = json.load(f)
     except OSError as exc:
-        raise ValueError(f"cannot read {path}: {exc}; run `python -m costmodel.gpu_fit --capture` to write it") \
+        raise ValueError(f"cannot read {path}: {exc}; "
+                         "run `python -m pipeplan.costmodel.gpu_fit --capture` to write it") \
             from None
     return {key: ModelGraph.from_dict(raw) for key, raw in doc.items()}

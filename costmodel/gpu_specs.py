@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 from typing import Literal, NamedTuple
 
-from costmodel.hardware import Device
+from pipeplan.costmodel.hardware import Device
 
 __all__ = ["DTYPES", "KNOWN_GPUS", "Dtype", "GpuSpec", "dtype_bytes", "gpu_device", "is_gpu", "recognise"]
 

@@ -1,6 +1,6 @@
 """GPU-sized layer shapes for the profiler: what GPUs run, not what fits one CPU core.
 
-The CPU sweep (:func:`costmodel.layerspecs.default_sweep`) keeps each call under ~50 ms on one
+The CPU sweep (:func:`pipeplan.costmodel.layerspecs.default_sweep`) keeps each call under ~50 ms on one
 core, so on an H100 its median layer takes 21 µs and every layer is launch-bound. This grid spans
 what inference on a GPU runs: 128 to 32k tokens, hidden sizes 512 to 8192, convolutions at real
 image sizes (224–512 pixels, 64–2048 channels), batches of 1 to 64. Shapes are capped so that one
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from costmodel.layerspecs import KINDS, LayerSpec, sample_specs
+from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, sample_specs
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 

@@ -53,7 +53,7 @@ class Layer:
     """
 
     name: str  # module path ("blocks.0.attn.qkv") or scope:op for functional glue ("blocks.0:add")
-    kind: str  # normalised operator kind, see costmodel.capture.KINDS
+    kind: str  # normalised operator kind, see pipeplan.costmodel.capture.KINDS
     module_type: str  # class name of the module, or "functional"
     order: int  # position in a topological order of the graph (stable, from the export trace)
     flops: int
@@ -68,7 +68,7 @@ class Layer:
     output_dtypes: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)  # the aten operators, in execution order
     # A layer of a coarser capture (a block): the leaf layers it is made of, for cost models that
-    # price leaf layers better than whole blocks (costmodel.capture._attach_parts). Empty otherwise.
+    # price leaf layers better than whole blocks (pipeplan.costmodel.capture._attach_parts). Empty otherwise.
     parts: list[Layer] = field(default_factory=list)
 
     @property

@@ -1,7 +1,7 @@
 """What a cost model needs to know about a device: its capacity and how busy it is right now.
 
 These types live in ``costmodel`` (not ``planner``) because a cost model predicts the time of a
-layer *on a device under a load*; the planner's :class:`planner.cluster.Cluster` is built from
+layer *on a device under a load*; the planner's :class:`pipeplan.planner.cluster.Cluster` is built from
 them and adds the links between devices.
 """
 
@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from costmodel.units import parse_bytes, parse_flops, parse_rate
+from pipeplan.costmodel.units import parse_bytes, parse_flops, parse_rate
 
 __all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_model", "cpu_name",
            "same_cpu"]

@@ -7,7 +7,7 @@ position ids) that no sweep times. On 81 configurations of 18 architectures prof
 the Xeon, the sweep model's whole-model sums were a median 26% off, worst +77%.
 
 :class:`InModelCorrection` learns the gap from in-model profiles of other architectures
-(:mod:`costmodel.tuning_set`): gradient-boosted trees predict ``log10(in-model time) −
+(:mod:`pipeplan.costmodel.tuning_set`): gradient-boosted trees predict ``log10(in-model time) −
 log10(sweep prediction)`` per layer from the layer's features and the sweep prediction itself, with
 their own operator vocabulary (the glue operators the sweep never saw). The correction is bounded
 (:data:`BOUNDS`): an operator never profiled in-model cannot be pushed arbitrarily far from what the
@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.dataset import NUMERIC
-from costmodel.estimators import encode, vocabulary_of
+from pipeplan.costmodel.dataset import NUMERIC
+from pipeplan.costmodel.estimators import encode, vocabulary_of
 
 __all__ = ["BOUNDS", "InModelCorrection", "family", "family_cross_validation", "whole_model_errors"]
 

@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from costmodel.graph import Layer
+from pipeplan.costmodel.graph import Layer
 
 __all__ = ["KINDS", "LayerSpec", "ModelLayer", "default_sweep", "model_layers", "parse_spec"]
 
@@ -186,8 +186,8 @@ def model_layers(name: str, batch_size: int = 1, seq_len: int | None = None,
     each can be timed on its own.  Functional glue (``scope:op`` layers) has no module and is skipped;
     so is a module called more than once.
     """
-    from costmodel.capture import capture
-    from costmodel.zoo import build_model
+    from pipeplan.costmodel.capture import capture
+    from pipeplan.costmodel.zoo import build_model
 
     built = build_model(name, batch_size, seq_len=seq_len, image_size=image_size)
     graph = capture(built.model, built.args, name=name)

@@ -1,22 +1,22 @@
 """Contention-aware cost models learned from profiles (scikit-learn), saved without pickle.
 
-Three estimators are fitted on the same features (:mod:`costmodel.dataset`), all predicting
+Three estimators are fitted on the same features (:mod:`pipeplan.costmodel.dataset`), all predicting
 log10 of the measured forward time:
 
 - ``main``: the predictor: gradient-boosted trees (``HistGradientBoostingRegressor``) blended, for
-  each operator with enough rows, with a Gaussian process over the log sizes (:mod:`costmodel.smooth`),
+  each operator with enough rows, with a Gaussian process over the log sizes (:mod:`pipeplan.costmodel.smooth`),
   which interpolates between profiled shapes where the trees can only step;
 - ``linear``: ridge regression on the same log features: the baseline it must beat;
 - ``tree``: a depth-limited decision tree, fitted to explain: its feature importances, summed per
   factor (layer type, FLOPs, bytes, intensity, batch, contention level and kind), show what decides
   the time.
 
-:class:`LearnedCostModel` implements :class:`~costmodel.base.CostModel`. For a device type it was
+:class:`LearnedCostModel` implements :class:`~pipeplan.costmodel.base.CostModel`. For a device type it was
 profiled on it predicts the time directly (with the profiled device's measured FLOP/s and bandwidth,
 whatever a cluster spec claims). For any other device it keeps what transfers: the roofline time of
 the idle device, multiplied by the learned slowdown of that layer under that load.
 
-A model may also carry an :class:`~costmodel.in_model.InModelCorrection`, fitted on layers timed
+A model may also carry an :class:`~pipeplan.costmodel.in_model.InModelCorrection`, fitted on layers timed
 inside real forward passes of other architectures (``train --in-model``): predictions of a captured
 graph's layers (:meth:`LearnedCostModel.layer_times`) are then multiplied by it, because a layer in a
 pass is not the layer the sweep timed alone; :meth:`~LearnedCostModel.predict_rows` stays the
@@ -43,10 +43,10 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.analytic import RooflineModel
-from costmodel.base import CostModel
-from costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features
-from costmodel.estimators import (
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features
+from pipeplan.costmodel.estimators import (
     Fitted,
     encode,
     feature_names,
@@ -56,11 +56,11 @@ from costmodel.estimators import (
     predict_log_time,
     vocabulary_of,
 )
-from costmodel.evaluation import coverage, evaluate_split, judgement
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device, cpu_model, same_cpu
-from costmodel.in_model import InModelCorrection, family_cross_validation
-from costmodel.smooth import gps_from_npz, gps_to_npz
+from pipeplan.costmodel.evaluation import coverage, evaluate_split, judgement
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device, cpu_model, same_cpu
+from pipeplan.costmodel.in_model import InModelCorrection, family_cross_validation
+from pipeplan.costmodel.smooth import gps_from_npz, gps_to_npz
 
 __all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError"]
 
@@ -96,7 +96,7 @@ class LearnedCostModel(CostModel):
               in_model_rows: Sequence[dict[str, Any]] = ()) -> LearnedCostModel:
         """Fit on every row; with ``evaluate``, first measure the error on held-out shapes.
 
-        ``in_model_rows`` (layers timed inside real passes, :mod:`costmodel.tuning_set`) add the
+        ``in_model_rows`` (layers timed inside real passes, :mod:`pipeplan.costmodel.tuning_set`) add the
         in-model correction; with ``evaluate`` its whole-model error is first measured with each
         architecture family held out in turn (``meta["in_model"]``).
 

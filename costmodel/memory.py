@@ -19,7 +19,7 @@ A layer's outputs still needed at step ``t`` are bounded by both its output byte
 its edges to consumers at or after ``t`` (an output read only by early consumers is freed early).
 
 :func:`stage_memory` computes that figure for any set of layers.  The planners need it as a *sum
-plus a max* over the layers of a device (what :class:`planner.problem.Problem` and the ILP's
+plus a max* over the layers of a device (what :class:`pipeplan.planner.problem.Problem` and the ILP's
 linear constraint take); :func:`planner_terms` gives per-layer terms whose "Σ params + max
 workspace" is at least :func:`stage_memory` for every stage that is an interval of the recorded
 order (proof in :func:`planner_terms`).
@@ -33,8 +33,8 @@ from collections import defaultdict
 from collections.abc import Collection, Sequence
 from typing import NamedTuple
 
-from costmodel.base import LayerMemory
-from costmodel.graph import Layer, ModelGraph
+from pipeplan.costmodel.base import LayerMemory
+from pipeplan.costmodel.graph import Layer, ModelGraph
 
 __all__ = ["KV_SUFFIXES", "Liveness", "LivenessError", "PlannerTerms", "StageMemory", "kv_cache_bytes",
            "liveness", "planner_terms", "stage_memory"]
@@ -133,7 +133,7 @@ def liveness(graph: ModelGraph, mem: Sequence[LayerMemory] | None = None) -> Liv
     ``mem`` gives each layer's output and workspace bytes (a cost model's ``layer_memory``); by
     default the captured ``activation_bytes`` and the bytes written beyond them.
 
-    >>> from costmodel.graph import Layer
+    >>> from pipeplan.costmodel.graph import Layer
     >>> g = ModelGraph("chain", batch_size=1)
     >>> for i, name in enumerate("abc"):
     ...     g.add_layer(Layer(name, "linear", "Linear", i, 0, 0, 10, 0, 10, 1))
@@ -173,7 +173,7 @@ def liveness(graph: ModelGraph, mem: Sequence[LayerMemory] | None = None) -> Liv
 def kv_cache_bytes(graph: ModelGraph, context: int) -> dict[str, int]:
     """Bytes of keys and values each layer caches for ``context`` tokens of every sequence of the
     graph's batch: ``meta["kv_bytes_per_token"]`` (layer → bytes per token per sequence, what
-    :func:`costmodel.zoo.capture_model` records at any granularity), else the leaf layers named
+    :func:`pipeplan.costmodel.zoo.capture_model` records at any granularity), else the leaf layers named
     ``*.k_proj`` / ``*.v_proj``, each caching one output row (of its weight's width) per token.
     """
     if context < 1:
@@ -187,7 +187,7 @@ def kv_cache_bytes(graph: ModelGraph, context: int) -> dict[str, int]:
         raise LivenessError(f"a KV cache needs the key and value layers of {graph.model}: none of its layers "
                            f"({graph.granularity} granularity) is named {' or '.join('*' + s for s in KV_SUFFIXES)} "
                            "and meta has no kv_bytes_per_token; capture a decoder at leaf granularity, or with "
-                           "costmodel.zoo.capture_model(..., kv_context=N)")
+                           "pipeplan.costmodel.zoo.capture_model(..., kv_context=N)")
     missing = sorted(set(per_token) - {layer.name for layer in graph.layers})
     if missing:
         raise LivenessError(f"meta['kv_bytes_per_token'] names layers {missing[:3]} that {graph.model} lacks")

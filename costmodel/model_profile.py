@@ -1,7 +1,7 @@
 """A model profile: every layer of one model timed inside real forward passes, on one device.
 
-``pipeplan profile MODEL`` (:mod:`executor.profile_model`) writes one of these tables per model and
-device; :class:`costmodel.profiled.ProfiledCostModel` reads it. It is the first source of costs the
+``pipeplan profile MODEL`` (:mod:`pipeplan.executor.profile_model`) writes one of these tables per model and
+device; :class:`pipeplan.costmodel.profiled.ProfiledCostModel` reads it. It is the first source of costs the
 design trusts: a measured time of *this* layer in *this* model on *this* device, with the caches
 and the glue operators a real pass has, which no per-layer sweep sees.
 
@@ -30,8 +30,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from costmodel.graph import Layer
-from costmodel.hardware import Contention
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["FORMAT", "VERSION", "LevelTimes", "ModelProfile", "ProfileTableError", "ProfiledLayer", "default_path",
            "layers_digest"]
@@ -81,12 +81,12 @@ class ModelProfile:
     batch_size: int
     dtype: str
     device_type: str  # what cluster specs call the device ("cpu-core")
-    device_name: str  # the CPU model (costmodel.hardware.cpu_model) or GPU name
+    device_name: str  # the CPU model (pipeplan.costmodel.hardware.cpu_model) or GPU name
     layers: list[ProfiledLayer]
     levels: list[LevelTimes]
     cores: list[int] = field(default_factory=lambda: [0])
     threads: int = 1
-    source: dict[str, Any] = field(default_factory=dict)  # how to rebuild the model (costmodel.source)
+    source: dict[str, Any] = field(default_factory=dict)  # how to rebuild the model (pipeplan.costmodel.source)
     torch_version: str = ""
     measured_at: str = ""
 

@@ -1,4 +1,4 @@
-"""Read the current load of a local GPU from NVML, as a :class:`~costmodel.hardware.Contention`.
+"""Read the current load of a local GPU from NVML, as a :class:`~pipeplan.costmodel.hardware.Contention`.
 
 NVML (``nvidia-ml-py``, the ``gpu`` extra) reports what ``nvidia-smi`` shows: the share of the last
 sample period a kernel was running, memory in use, and the processes holding a context. The
@@ -18,7 +18,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.hardware import Contention
+from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["GpuLoad", "NvmlError", "read_load"]
 

@@ -1,8 +1,8 @@
 """Measure layer forward times on this machine while real co-runners contend for the device.
 
-For each contention level the profiler starts the co-runners (:class:`~costmodel.corunners.CoRunners`,
+For each contention level the profiler starts the co-runners (:class:`~pipeplan.costmodel.corunners.CoRunners`,
 real processes pinned to the same cores), then times every target layer and appends one row per
-layer to the dataset (:mod:`costmodel.dataset`). Levels are the outer loop so co-runners start once
+layer to the dataset (:mod:`pipeplan.costmodel.dataset`). Levels are the outer loop so co-runners start once
 per level; rows are written as they are measured, so an interrupted run keeps what it measured.
 
 Timing: the profiling thread is pinned to the device's cores with a fixed torch thread count. A
@@ -18,7 +18,7 @@ events are not: under a time-sliced co-tenant a process's queued kernels run bac
 gets the GPU back, so the span between events shrinks and contention looks like a speed-up (see
 ``costmodel/data/gpu/README.md``). The event span is still recorded beside it (:class:`GpuTiming`)
 and logged; the dataset has no column for it yet. The GPU is warmed first (:func:`warm_gpu`), since
-a cold H100 runs its first seconds at lower clocks; GPU-sized shapes are in :mod:`costmodel.gpu_sweep`.
+a cold H100 runs its first seconds at lower clocks; GPU-sized shapes are in :mod:`pipeplan.costmodel.gpu_sweep`.
 """
 
 from __future__ import annotations
@@ -37,11 +37,11 @@ from typing import Any
 
 import torch
 
-from costmodel.corunners import CoRunners
-from costmodel.dataset import contention_features, device_features, layer_features, write_rows
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device, cpu_model
-from costmodel.layerspecs import LayerSpec, model_layers
+from pipeplan.costmodel.corunners import CoRunners
+from pipeplan.costmodel.dataset import contention_features, device_features, layer_features, write_rows
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device, cpu_model
+from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
 
 __all__ = ["DEFAULT_LEVELS", "DTYPES", "GpuTiming", "ProfileSettings", "Target", "cast", "measure_device", "pinned",
            "profile", "targets_from_models", "targets_from_specs", "time_call", "time_gpu_call", "wall_clock_samples",
@@ -108,7 +108,7 @@ def cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
 
 def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype: str = "fp32") -> list[Target]:
     """Build each spec's module, capture it for its features, and wrap one forward call."""
-    from costmodel.capture import capture
+    from pipeplan.costmodel.capture import capture
 
     targets = []
     device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")

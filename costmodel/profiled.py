@@ -1,7 +1,7 @@
 """A cost model that reads a model profile: measured times first, learned estimates only where none.
 
-``--costmodel profile:FILE`` selects it (:func:`costmodel.registry.load_cost_model`); ``FILE`` is a
-table ``pipeplan profile MODEL`` wrote (:mod:`costmodel.model_profile`). For a layer of a device:
+``--costmodel profile:FILE`` selects it (:func:`pipeplan.costmodel.registry.load_cost_model`); ``FILE`` is a
+table ``pipeplan profile MODEL`` wrote (:mod:`pipeplan.costmodel.model_profile`). For a layer of a device:
 
 - **the table's device, a profiled layer, a profiled load**: the measured time;
 - **a load not profiled**: the idle measured time × a slowdown factor for that load (below);
@@ -23,7 +23,7 @@ point follows the last segment; never below 1. A co-runner kind not profiled use
 over the profiled kinds at each ``n``; a table with no loaded level at all takes the fallback
 model's factor (its loaded over its idle prediction of the layer).
 
->>> from costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
+>>> from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
 >>> table = ModelProfile("m", granularity="leaf", batch_size=1, dtype="fp32", device_type="cpu-core",
 ...                      device_name="cpu", layers=[ProfiledLayer("fc", "linear", 8)],
 ...                      levels=[LevelTimes(Contention(), [1.0], forward_s=1.0),
@@ -41,10 +41,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.base import CostModel
-from costmodel.graph import Layer, ModelGraph
-from costmodel.hardware import Contention, Device, same_cpu
-from costmodel.model_profile import ModelProfile, ProfileTableError
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.costmodel.hardware import Contention, Device, same_cpu
+from pipeplan.costmodel.model_profile import ModelProfile, ProfileTableError
 
 __all__ = ["MATCHING_SHARE", "PREFIX", "PROFILES_ENV", "ProfiledCostModel", "corunner_count", "load_profiled",
            "matching_profile"]
@@ -99,7 +99,7 @@ class ProfiledCostModel(CostModel):
     def fallback(self) -> CostModel:
         """The model for layers and devices the table does not have: the learned CPU model unless given."""
         if self._fallback is None:
-            from costmodel.registry import load_cost_model
+            from pipeplan.costmodel.registry import load_cost_model
 
             self._fallback = load_cost_model("learned")
         return self._fallback
@@ -215,10 +215,10 @@ def load_profiled(spec: str) -> ProfiledCostModel:
     """``profile:FILE`` → a :class:`ProfiledCostModel` of that table, stamped with the file's path
     and digest so that a plan records exactly which profile made it.
 
-    Raises :class:`~costmodel.model_profile.ProfileTableError` (a ``ValueError``) naming the problem.
+    Raises :class:`~pipeplan.costmodel.model_profile.ProfileTableError` (a ``ValueError``) naming the problem.
     """
-    from costmodel.provenance import file_digest
-    from costmodel.registry import file_version
+    from pipeplan.costmodel.provenance import file_digest
+    from pipeplan.costmodel.registry import file_version
 
     text = spec[len(PREFIX):].strip() if spec.startswith(PREFIX) else spec
     if not text:
@@ -236,7 +236,7 @@ def load_profiled(spec: str) -> ProfiledCostModel:
 def matching_profile(graph: ModelGraph, directory: str | Path | None = None) -> Path | None:
     """The model profile ``pipeplan profile`` wrote for this graph on this machine's CPU, if any.
 
-    It is looked for where ``profile`` writes by default (:func:`~costmodel.model_profile.default_path`
+    It is looked for where ``profile`` writes by default (:func:`~pipeplan.costmodel.model_profile.default_path`
     under ``directory``, ``$PIPEPLAN_PROFILES`` or ``./profiles``), and taken only if it holds at least
     :data:`MATCHING_SHARE` of the graph's layers by name and FLOPs: a table of the same model at another
     batch size, granularity or dtype matches no layer and is ignored. An unreadable table is ignored
@@ -244,15 +244,15 @@ def matching_profile(graph: ModelGraph, directory: str | Path | None = None) -> 
     """
     import os
 
-    from costmodel.hardware import cpu_model
-    from costmodel.model_profile import default_path
+    from pipeplan.costmodel.hardware import cpu_model
+    from pipeplan.costmodel.model_profile import default_path
 
     folder = directory if directory is not None else os.environ.get(PROFILES_ENV, "profiles")
     path = default_path(graph.model, cpu_model(), folder)
     if not path.is_file() or not graph.layers:
         return None
     try:
-        from costmodel.registry import file_version
+        from pipeplan.costmodel.registry import file_version
 
         table = _read(str(path.resolve()), file_version(path))
     except (ProfileTableError, OSError) as exc:

@@ -3,7 +3,7 @@
 A plan made with ``--costmodel mine.zip`` used to record only the model's kind (``learned``), so
 ``pipeplan run`` re-predicted with the shipped model and reported an error that was the difference
 between two models, not between a prediction and a run.  Now
-:func:`costmodel.registry.load_cost_model` stamps every model read from a file with
+:func:`pipeplan.costmodel.registry.load_cost_model` stamps every model read from a file with
 
 - ``spec``: what loads it again: the name given (``learned``, ``learned-xeon``), or the file's
   absolute path, so that a run started from another directory finds it;
@@ -20,7 +20,7 @@ import hashlib
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.base import CostModel
+from pipeplan.costmodel.base import CostModel
 
 __all__ = ["file_digest", "load_recorded_cost_model", "stamped"]
 
@@ -33,7 +33,7 @@ def _digest(path: str, version: tuple[int, int, int, int]) -> str:
 
 def file_digest(path: Path) -> str:
     """``"sha256:…"`` of a file's content, hashed once per version of the file."""
-    from costmodel.registry import file_version
+    from pipeplan.costmodel.registry import file_version
 
     return _digest(str(path.resolve()), file_version(path))
 
@@ -44,7 +44,7 @@ def stamped(model: CostModel, spec: str, path: Path) -> CostModel:
     A copy, because loaded models are cached and shared: ``learned`` and ``learned-xeon`` may be
     the same file, and each caller must see the spec it gave.
     """
-    from costmodel.registry import SHIPPED_NAMES
+    from pipeplan.costmodel.registry import SHIPPED_NAMES
 
     out = copy.copy(model)
     out.spec = spec if spec == "learned" or spec in SHIPPED_NAMES else str(path.resolve())
@@ -64,7 +64,7 @@ def load_recorded_cost_model(spec: str, digest: str | None) -> CostModel:
     >>> load_recorded_cost_model("analytic", None).name
     'analytic'
     """
-    from costmodel.registry import SHIPPED, load_cost_model
+    from pipeplan.costmodel.registry import SHIPPED, load_cost_model
 
     try:
         model = load_cost_model(spec)

@@ -6,14 +6,14 @@
   made is in ``costmodel/data/README.md``); a CPU with none of its own gets the first, which warns;
 - ``"learned-NAME"``: the shipped model of one CPU, whatever this machine is (``learned-xeon``);
 - ``"analytic-gpu"``: the host/device queue model of eager PyTorch on a GPU with time-sliced sharing,
-  fitted on an H100 (:mod:`costmodel.gpu`);
+  fitted on an H100 (:mod:`pipeplan.costmodel.gpu`);
 - ``"gpu"``: the best GPU model shipped: ``learned-h100`` once a GPU profile and its model exist
   (``GPU_LEARNED``), ``analytic-gpu`` until then;
 - ``"table:FILE"``: seconds per layer and device type (or id) from any profiler, CSV or JSON
-  (:mod:`costmodel.table`);
+  (:mod:`pipeplan.costmodel.table`);
 - anything else: the path of a model file written by ``pipeplan costmodel train``.
 
-A model loaded from a file carries ``spec`` and ``digest`` (:mod:`costmodel.provenance`), which a
+A model loaded from a file carries ``spec`` and ``digest`` (:mod:`pipeplan.costmodel.provenance`), which a
 plan records, so that a run re-predicts with that very model.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from costmodel.base import CostModel
+from pipeplan.costmodel.base import CostModel
 
 __all__ = ["GPU_LEARNED", "GPU_NAMES", "SHIPPED",
            "SHIPPED_DATASET", "SHIPPED_MODEL", "SHIPPED_NAMES", "Shipped", "file_version",
@@ -62,7 +62,7 @@ GPU_NAMES = ("gpu", "analytic-gpu", "learned-h100")
 def shipped_for(cpu: str | None = None) -> Shipped:
     """The shipped profile of ``cpu`` (a ``device_name``; default: this machine's CPU), or the
     fallback when there is none."""
-    from costmodel.hardware import same_cpu
+    from pipeplan.costmodel.hardware import same_cpu
 
     return next((s for s in SHIPPED if (s.cpu == cpu if cpu is not None else same_cpu(s.cpu))), SHIPPED[0])
 
@@ -88,7 +88,7 @@ def file_version(path: Path) -> tuple[int, int, int, int]:
 
 @lru_cache(maxsize=8)
 def _load_learned(path: str, version: tuple[int, int, int, int]) -> CostModel:
-    from costmodel.learned import LearnedCostModel
+    from pipeplan.costmodel.learned import LearnedCostModel
 
     del version  # part of the cache key only: a retrained file is read again
     return LearnedCostModel.load(path)
@@ -96,7 +96,7 @@ def _load_learned(path: str, version: tuple[int, int, int, int]) -> CostModel:
 
 def _load_gpu(name: str) -> CostModel:
     """``gpu``, ``analytic-gpu`` or ``learned-h100`` (see the module docstring)."""
-    from costmodel.gpu import GpuCostModel
+    from pipeplan.costmodel.gpu import GpuCostModel
 
     if name == "analytic-gpu" or (name == "gpu" and not GPU_LEARNED.is_file()):
         return GpuCostModel()
@@ -112,25 +112,25 @@ def load_cost_model(spec: str = "analytic") -> CostModel:
     >>> load_cost_model("analytic").name, load_cost_model("GPU").name
     ('analytic', 'analytic-gpu')
     """
-    from costmodel.analytic import RooflineModel
+    from pipeplan.costmodel.analytic import RooflineModel
 
     if spec == "analytic":
         return RooflineModel()
-    if spec.startswith("calibrated:"):  # another model scaled by what runs measured (costmodel.calibration)
-        from costmodel.calibration import CalibratedCostModel
+    if spec.startswith("calibrated:"):  # another model scaled by what runs measured (pipeplan.costmodel.calibration)
+        from pipeplan.costmodel.calibration import CalibratedCostModel
 
         return CalibratedCostModel(load_cost_model(spec.removeprefix("calibrated:")))
-    if spec.startswith("table:"):  # any profiler's seconds per layer and device type (costmodel.table)
-        from costmodel.table import load_table
+    if spec.startswith("table:"):  # any profiler's seconds per layer and device type (pipeplan.costmodel.table)
+        from pipeplan.costmodel.table import load_table
 
         return load_table(spec)
-    if spec.startswith("profile:"):  # a model's measured per-layer table (costmodel.profiled)
-        from costmodel.profiled import load_profiled
+    if spec.startswith("profile:"):  # a model's measured per-layer table (pipeplan.costmodel.profiled)
+        from pipeplan.costmodel.profiled import load_profiled
 
         return load_profiled(spec)
     if spec.strip().lower() in GPU_NAMES:
         return _load_gpu(spec.strip().lower())
-    from costmodel.provenance import stamped
+    from pipeplan.costmodel.provenance import stamped
 
     path = resolve_model_path(spec)
     return stamped(_load_learned(str(path.resolve()), file_version(path)), spec, path)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from costmodel.learned import LearnedCostModel
+from pipeplan.costmodel.learned import LearnedCostModel
 
 __all__ = ["markdown_report", "write_plots"]
 

@@ -12,9 +12,9 @@ A *model source* is what ``pipeplan graph|plan|compare|run`` take as MODEL besid
 ``dtype`` (``fp32``, ``bf16``, ``fp16``) casts the module's floating parameters and inputs before
 capture, so FLOPs, bytes and the executor's stages are all in that dtype.
 
->>> spec = parse_factory("costmodel.zoo.small:MLP")
+>>> spec = parse_factory("pipeplan.costmodel.zoo.small:MLP")
 >>> spec.module, spec.function
-('costmodel.zoo.small', 'MLP')
+('pipeplan.costmodel.zoo.small', 'MLP')
 """
 
 from __future__ import annotations
@@ -104,6 +104,9 @@ def import_source_module(spec: FactorySpec) -> Any:
         try:
             return importlib.import_module(spec.module)
         except ImportError as exc:
+            legacy = _legacy_module(spec.module)
+            if legacy is not None:  # a plan or graph written before pipeplan's packages had one namespace
+                return importlib.import_module(legacy)
             raise SourceError(f"model factory {spec.text!r}: cannot import {spec.module!r} ({exc}); is it "
                               "on PYTHONPATH?") from None
     path = Path(spec.module).resolve()
@@ -125,6 +128,19 @@ def import_source_module(spec: FactorySpec) -> Any:
         raise SourceError(f"model factory {spec.text!r}: importing {path} failed: "
                           f"{type(exc).__name__}: {exc}") from exc
     return module
+
+
+def _legacy_module(name: str) -> str | None:
+    """``costmodel.zoo.small`` → ``pipeplan.costmodel.zoo.small``: the name a module of pipeplan had
+    before its packages moved under one namespace, where ``name`` is one.
+
+    >>> _legacy_module("costmodel.zoo.small"), _legacy_module("mypackage.models")
+    ('pipeplan.costmodel.zoo.small', None)
+    """
+    top = name.partition(".")[0]
+    if top not in ("api", "planner", "executor", "costmodel"):
+        return None
+    return f"pipeplan.{name}" if importlib.util.find_spec(f"pipeplan.{top}") is not None else None
 
 
 def _call_factory(spec: FactorySpec, options: dict[str, Any]) -> Any:
@@ -188,7 +204,7 @@ def build_source(source: Mapping[str, Any]) -> BuiltSource:
     >>> built.args[0].dtype, next(built.model.parameters()).dtype
     (torch.bfloat16, torch.bfloat16)
     """
-    from costmodel.zoo import ZooError, build_model
+    from pipeplan.costmodel.zoo import ZooError, build_model
 
     batch = int(source.get("batch_size", 1))
     if batch < 1:
@@ -245,18 +261,18 @@ def source_spec(model: str, batch_size: int, *, seq_len: int | None = None, imag
 def capture_source(model: str, batch_size: int = 1, *, granularity: str = "leaf", seq_len: int | None = None,
                    image_size: int | None = None, seed: int = 0, dtype: str | None = None,
                    kv_context: int | None = None) -> Any:
-    """Build MODEL (zoo name or factory) and capture it as a :class:`~costmodel.graph.ModelGraph`
+    """Build MODEL (zoo name or factory) and capture it as a :class:`~pipeplan.costmodel.graph.ModelGraph`
     whose ``meta`` says how to rebuild it (what a plan's ``source`` records).
 
     ``kv_context`` (decoders): the planner counts a KV cache of that many tokens per sequence in
-    each stage's memory (:mod:`costmodel.memory`); ``meta`` records it with the key and value bytes
+    each stage's memory (:mod:`pipeplan.costmodel.memory`); ``meta`` records it with the key and value bytes
     per token of each layer, found from the model's ``k_proj``/``v_proj`` projections.
 
     >>> g = capture_source("mlp", 2, dtype="fp16")
     >>> g.meta["zoo"], g.meta["dtype"], g.inputs[0].dtype
     ('mlp', 'fp16', 'float16')
     """
-    from costmodel.capture import capture
+    from pipeplan.costmodel.capture import capture
 
     source = source_spec(model, batch_size, seq_len=seq_len, image_size=image_size, seed=seed, dtype=dtype)
     built = build_source(source)
@@ -264,7 +280,7 @@ def capture_source(model: str, batch_size: int = 1, *, granularity: str = "leaf"
     graph.meta.update({k: v for k, v in source.items() if k != "batch_size"})
     graph.meta.setdefault("seed", seed)
     if kv_context is not None:
-        from costmodel.zoo.llm import kv_bytes_per_token
+        from pipeplan.costmodel.zoo.llm import kv_bytes_per_token
 
         if kv_context < 1:
             raise ValueError(f"a KV cache context must be at least 1 token, got {kv_context}")

@@ -39,9 +39,9 @@ import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from costmodel.base import CostModel
-from costmodel.graph import Layer, ModelGraph
-from costmodel.hardware import Contention, Device
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["PREFIX", "TABLE_FORMAT", "LayerSizes", "TableCostModel", "TableError", "load_table"]
 

@@ -19,7 +19,7 @@ For ``n`` co-runners of a kind, each working a share ``d`` (duty) of the time::
 H100 measurements (``costmodel/data/gpu/``). A ``tenant`` (an inference process that launches
 back to back and so always has work queued) takes a full turn: ``s = n`` and ``w = n · slice``
 with the driver's time slice, an assumption no measurement has checked yet. A measured
-``utilization`` u is what :class:`~costmodel.corunners.CoRunners` makes of it: one compute
+``utilization`` u is what :class:`~pipeplan.costmodel.corunners.CoRunners` makes of it: one compute
 co-runner working ``u`` of the time.
 
 >>> p = SharingParams()
@@ -34,7 +34,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, NamedTuple
 
-from costmodel.hardware import Contention
+from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["TENANT_SLICE", "Sharing", "SharingParams", "pass_wall", "sharing"]
 

@@ -3,16 +3,16 @@
 A per-layer sweep times each layer alone, back to back, with its weights and inputs in cache. Inside
 a real forward pass the same layer runs after others that evicted them, and the graph holds glue
 operators (views, adds, masks, rotary arithmetic) that no sweep times. So the shipped learned model
-is also fitted on layers timed *inside* real passes (:mod:`executor.profile_model`) of the
+is also fitted on layers timed *inside* real passes (:mod:`pipeplan.executor.profile_model`) of the
 architectures below: small configurations of ``transformers`` models and of the zoo, at several
 widths, sequence lengths, image sizes and batch sizes, random weights, nothing downloaded.
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
 
-    python -m costmodel.tuning_set --out costmodel/data/inmodel-cpu-xeon.csv [--only opt,resnet]
+    python -m pipeplan.costmodel.tuning_set --out costmodel/data/inmodel-cpu-xeon.csv [--only opt,resnet]
 
-Every entry is also a MODEL for ``pipeplan profile``: ``costmodel.tuning_set:opt``.
+Every entry is also a MODEL for ``pipeplan profile``: ``pipeplan.costmodel.tuning_set:opt``.
 """
 
 from __future__ import annotations
@@ -245,12 +245,12 @@ ENTRIES: list[Entry] = [
 
 
 def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]]:
-    """Dataset rows (:data:`costmodel.dataset.COLUMNS`) of every layer of ``entry`` timed idle inside
+    """Dataset rows (:data:`pipeplan.costmodel.dataset.COLUMNS`) of every layer of ``entry`` timed idle inside
     real forward passes on core 0, one thread, with the device's measured figures."""
-    from costmodel.capture import capture_program
-    from costmodel.dataset import contention_features, layer_features
-    from costmodel.hardware import Contention, cpu_model
-    from executor.profile_model import ModelProfileSettings, profile_built
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.costmodel.dataset import contention_features, layer_features
+    from pipeplan.costmodel.hardware import Contention, cpu_model
+    from pipeplan.executor.profile_model import ModelProfileSettings, profile_built
 
     device = _core0()
     torch.manual_seed(0)
@@ -277,13 +277,13 @@ def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]
 @functools.cache
 def _core0() -> Any:
     """Core 0 measured once per process: the rows of every entry share its figures."""
-    from costmodel.profile import ProfileSettings, measure_device
+    from pipeplan.costmodel.profile import ProfileSettings, measure_device
 
     return measure_device(ProfileSettings(cores=[0]))
 
 
 def main(argv: list[str] | None = None) -> int:
-    from costmodel.dataset import write_rows
+    from pipeplan.costmodel.dataset import write_rows
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="CSV to write (appends when it exists)")

@@ -1,7 +1,7 @@
-"""``python -m executor --plan plan.json``: what ``torchrun -m executor`` starts in every process."""
+"""``python -m pipeplan.executor --plan plan.json``: what ``torchrun -m pipeplan.executor`` starts in every process."""
 
 import sys
 
-from executor.cli import main
+from pipeplan.executor.cli import main
 
 sys.exit(main())

@@ -10,13 +10,13 @@ import logging
 import sys
 from typing import Any
 
-from executor.errors import ExecutorError
+from pipeplan.executor.errors import ExecutorError
 
 __all__ = ["USER_ERRORS", "add_run_arguments", "cmd_run", "main", "register"]
 
 # Exceptions that mean "the user asked for something wrong": printed as one line, exit status 2.
 USER_ERRORS: tuple[type[Exception], ...] = (ExecutorError,)
-# ``python -m executor`` has no pipeplan CLI around it: it also catches the planner's errors
+# ``python -m pipeplan.executor`` has no pipeplan CLI around it: it also catches the planner's errors
 # (PlanError, ClusterError, a bad --load), which are ValueErrors.
 _MAIN_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, ValueError)
 
@@ -25,9 +25,9 @@ examples:
   pipeplan plan mlp --batch 8 --cluster local-cpu --out plan.json
   pipeplan run --plan plan.json                          2 stage processes, pinned to cores 0 and 1
   pipeplan run --plan plan.json --load cpu1=1xcompute --report run.json
-  torchrun --nproc-per-node 2 -m executor --plan plan.json           the same, launched by torchrun
+  torchrun --nproc-per-node 2 -m pipeplan.executor --plan plan.json           the same, launched by torchrun
   torchrun --nnodes 2 --node-rank R --nproc-per-node 1 --rdzv-backend c10d \\
-           --rdzv-endpoint host0:29400 -m executor --plan plan.json     one stage per host
+           --rdzv-endpoint host0:29400 -m pipeplan.executor --plan plan.json     one stage per host
 """
 
 
@@ -68,12 +68,12 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
 def cmd_run(args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from executor.errors import OutputMismatchError
-    from executor.options import RunOptions, parse_loads
-    from executor.report import RunReport, report_table, verdict
-    from executor.run import run_plan
-    from executor.source import with_source
-    from planner.plan import Plan
+    from pipeplan.executor.errors import OutputMismatchError
+    from pipeplan.executor.options import RunOptions, parse_loads
+    from pipeplan.executor.report import RunReport, report_table, verdict
+    from pipeplan.executor.run import run_plan
+    from pipeplan.executor.source import with_source
+    from pipeplan.planner.plan import Plan
 
     options = RunOptions(
         batches=args.batches, microbatches=args.microbatches, warmup=args.warmup, schedule=args.schedule,
@@ -110,7 +110,7 @@ def register(sub: Any) -> None:
         epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_run_arguments(p)
     p.set_defaults(func=cmd_run)
-    from executor.deploy_cli import add_deploy_arguments, cmd_deploy
+    from pipeplan.executor.deploy_cli import add_deploy_arguments, cmd_deploy
 
     p = sub.add_parser(
         "deploy", help="keep a plan running and serve a stream of requests through it (a load test, for now)",
@@ -124,8 +124,8 @@ def register(sub: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m executor``: the ``run`` command alone, for ``torchrun -m executor``."""
-    parser = argparse.ArgumentParser(prog="python -m executor", description="Run a pipeplan plan.",
+    """``python -m pipeplan.executor``: the ``run`` command alone, for ``torchrun -m pipeplan.executor``."""
+    parser = argparse.ArgumentParser(prog="python -m pipeplan.executor", description="Run a pipeplan plan.",
                                      epilog=_EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress and details")
     add_run_arguments(parser)

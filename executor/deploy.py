@@ -2,23 +2,23 @@
 
 ::
 
-    from executor import ServeOptions, deploy_plan
+    from pipeplan.executor import ServeOptions, deploy_plan
     with deploy_plan("plan.json", serving=ServeOptions(max_wait_ms=2)) as d:
         future = d.submit(sample)             # one sample: the example's inputs without the batch dimension
         logits = future.result()              # equal to the unsplit model's output for that sample
         print(d.stats().latency["p99"], [s.compute for s in d.stats().stages])
 
 The stages are a run's (the same checks, cut, launcher and ``PipelineStage``), started once; their
-processes serve until :meth:`Deployment.close` (see :mod:`executor.deploy_stage`).  Three threads of
+processes serve until :meth:`Deployment.close` (see :mod:`pipeplan.executor.deploy_stage`).  Three threads of
 this process drive them:
 
-- the *feeder* cuts microbatches from the bounded queue (:mod:`executor.deploy_batcher`) and sends
+- the *feeder* cuts microbatches from the bounded queue (:mod:`pipeplan.executor.deploy_batcher`) and sends
   them to stage 0, keeping at most ``in_flight`` microbatches in the pipeline, so that a backlog
   waits — and is measured — in the queue rather than in pipes;
 - the *collector* reads every stage's timings and the last stage's outputs, and answers each
   request of a microbatch once, dropping the padding's rows;
-- the *supervisor* is :func:`executor.launch.spawn`: when a stage process dies or raises, it names
-  the stage, and every request not yet answered fails with that :class:`~executor.errors.StageFailure`.
+- the *supervisor* is :func:`pipeplan.executor.launch.spawn`: when a stage process dies or raises, it names
+  the stage, and every request not yet answered fails with that :class:`~pipeplan.executor.errors.StageFailure`.
 
 Every request is answered exactly once: it is in one place at a time (queue, feeder, in flight,
 answered), and only the thread that holds it settles its future.  The plan never changes here;
@@ -45,15 +45,15 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.source import flat_inputs
-from executor.deploy_batcher import Request, RequestQueue, input_specs, sample_inputs, stack, unstack
-from executor.deploy_stats import DeploymentStats, Meter
-from executor.errors import DeploymentClosed, PlanMismatchError, QueueFullError, RunError
-from executor.launch import spawn, torchrun_env
-from executor.options import RunOptions, RunSetup, resolve
-from executor.source import batch_inputs, batch_kwargs, rebuild
-from executor.validate import check_plan
-from planner.plan import Plan
+from pipeplan.costmodel.source import flat_inputs
+from pipeplan.executor.deploy_batcher import Request, RequestQueue, input_specs, sample_inputs, stack, unstack
+from pipeplan.executor.deploy_stats import DeploymentStats, Meter
+from pipeplan.executor.errors import DeploymentClosed, PlanMismatchError, QueueFullError, RunError
+from pipeplan.executor.launch import spawn, torchrun_env
+from pipeplan.executor.options import RunOptions, RunSetup, resolve
+from pipeplan.executor.source import batch_inputs, batch_kwargs, rebuild
+from pipeplan.executor.validate import check_plan
+from pipeplan.planner.plan import Plan
 
 __all__ = ["Deployment", "ServeOptions", "deploy_plan"]
 
@@ -95,7 +95,7 @@ class Deployment:
 
     def __init__(self, plan: Plan, setup: RunSetup, builds: list[Any], modules: list[str], rebuildable: bool,
                  serving: ServeOptions) -> None:
-        from executor.deploy_stage import serve_stage
+        from pipeplan.executor.deploy_stage import serve_stage
 
         self.plan = plan
         self.serving = serving
@@ -145,8 +145,8 @@ class Deployment:
 
         ``args`` (and ``kwargs``, the keyword inputs) are the example's inputs without their batch
         dimension (a leading dimension of 1 is accepted too).  A full queue refuses at once with
-        :class:`~executor.errors.QueueFullError`, or after waiting ``timeout`` seconds for room;
-        a closed or failed deployment raises :class:`~executor.errors.DeploymentClosed`.
+        :class:`~pipeplan.executor.errors.QueueFullError`, or after waiting ``timeout`` seconds for room;
+        a closed or failed deployment raises :class:`~pipeplan.executor.errors.DeploymentClosed`.
         """
         named = dict(kwargs or {})
         if set(named) != set(self._kwarg_order):
@@ -166,7 +166,7 @@ class Deployment:
 
     def samples(self, n: int, seed: int = 0) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """``n`` requests' ``(args, kwargs)``, drawn as a run draws its batches
-        (:func:`executor.source.batch_inputs`: token ids within the example's range): a load to serve."""
+        (:func:`pipeplan.executor.source.batch_inputs`: token ids within the example's range): a load to serve."""
         def row(value: Any, i: int) -> Any:
             return value[i] if isinstance(value, torch.Tensor) and value.dim() else value
 
@@ -180,19 +180,19 @@ class Deployment:
 
     def stats(self) -> DeploymentStats:
         """Counters, per-request queueing and latency, and per-stage compute, transfer and idle times
-        (see :mod:`executor.deploy_stats`)."""
+        (see :mod:`pipeplan.executor.deploy_stats`)."""
         with self._lock:
             in_flight = len(self._in_flight)
         return self._meter.snapshot(len(self._queue), in_flight)
 
     @property
     def failure(self) -> BaseException | None:
-        """Why the deployment stopped serving (a :class:`~executor.errors.StageFailure`), or None."""
+        """Why the deployment stopped serving (a :class:`~pipeplan.executor.errors.StageFailure`), or None."""
         return self._failure
 
     def close(self, drain: bool = True, timeout: float = 60.0) -> None:
         """Stop taking requests; with ``drain``, answer every queued one first, else fail them with
-        :class:`~executor.errors.DeploymentClosed`.  Then stop the stages (waiting up to ``timeout``
+        :class:`~pipeplan.executor.errors.DeploymentClosed`.  Then stop the stages (waiting up to ``timeout``
         seconds, after which they are killed).  Raises the stage failure, if one ended the deployment."""
         closed = DeploymentClosed("the deployment was closed")
         self._queue.close(closed)
@@ -326,10 +326,10 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
            kwargs: Mapping[str, Any] | None = None) -> Deployment:
     """Start serving ``plan`` and return the running :class:`Deployment` once every stage is ready.
 
-    The model comes as for :func:`executor.run.run_plan` (the plan's source, or ``module`` on the
+    The model comes as for :func:`pipeplan.executor.run.run_plan` (the plan's source, or ``module`` on the
     example ``inputs``); ``options`` are a run's (cluster, device, threads, ``timeout`` of every
     wait, schedule); ``serving`` how requests are taken.  Raises what ``run_plan`` raises before
-    anything starts, and :class:`~executor.errors.StageFailure` if a stage fails to start.
+    anything starts, and :class:`~pipeplan.executor.errors.StageFailure` if a stage fails to start.
     """
     options = options or RunOptions()
     if options.loads:
@@ -343,7 +343,7 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     setup = resolve(plan, options, local=True)
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
-    from executor.worker import build_stages
+    from pipeplan.executor.worker import build_stages
 
     builds = build_stages(plan, rebuilt, check=False)
     log.info("deploying %s on %d stage processes (%s)", plan.model, setup.world_size, setup.backend)

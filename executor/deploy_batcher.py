@@ -1,7 +1,7 @@
 """The bounded queue in front of a deployment's stage 0, and the microbatches cut from it.
 
 A request is one sample: the model's inputs as the plan's example passes them, without the batch
-dimension.  Stage shapes are static (:class:`~executor.stages.Boundary`), so every microbatch sent
+dimension.  Stage shapes are static (:class:`~pipeplan.executor.stages.Boundary`), so every microbatch sent
 down the pipeline has exactly the plan's microbatch size ``B``:
 
 - :meth:`RequestQueue.take` waits for a first request, then collects until it holds ``B`` or the
@@ -12,7 +12,7 @@ down the pipeline has exactly the plan's microbatch size ``B``:
   attention into NaN), and :func:`unstack` hands each request its own rows, dropping the padding's.
 
 A full queue refuses: :meth:`RequestQueue.put` waits up to its ``timeout`` (0: not at all) for
-room, then raises :class:`~executor.errors.QueueFullError`, so a caller sees back-pressure instead
+room, then raises :class:`~pipeplan.executor.errors.QueueFullError`, so a caller sees back-pressure instead
 of an unbounded backlog.
 """
 
@@ -28,7 +28,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from executor.errors import DeploymentClosed, QueueFullError
+from pipeplan.executor.errors import DeploymentClosed, QueueFullError
 
 __all__ = ["InputSpec", "Request", "RequestQueue", "input_specs", "sample_inputs", "stack", "unstack"]
 

@@ -4,7 +4,7 @@ There is no network endpoint yet: the command is the deployment's load test.  It
 ``--requests`` samples drawn as a run draws its batches, at ``--rate`` per second (open loop: a
 request the full queue refuses is counted, not retried) or as fast as the queue takes them,
 checks the first ``--check`` answers against the unsplit model, and prints the deployment's
-statistics (:mod:`executor.deploy_stats`) beside the plan's predicted stage compute.
+statistics (:mod:`pipeplan.executor.deploy_stats`) beside the plan's predicted stage compute.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
-from executor.errors import QueueFullError, RunError
+from pipeplan.executor.errors import QueueFullError, RunError
 
 if TYPE_CHECKING:
-    from executor.deploy import Deployment
-    from executor.deploy_stats import DeploymentStats
-    from planner.plan import Plan
+    from pipeplan.executor.deploy import Deployment
+    from pipeplan.executor.deploy_stats import DeploymentStats
+    from pipeplan.planner.plan import Plan
 
 __all__ = ["add_deploy_arguments", "cmd_deploy"]
 
@@ -64,7 +64,7 @@ def _check(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]]
     """Compare answers with the unsplit model run on each sample alone; raise RunError if they differ."""
     import torch
 
-    from executor.check import compare_outputs, tolerance
+    from pipeplan.executor.check import compare_outputs, tolerance
 
     model = d.reference
     if model is None or not answers:
@@ -112,10 +112,10 @@ def cmd_deploy(args: argparse.Namespace) -> None:
 
     from rich.console import Console
 
-    from executor.deploy import ServeOptions, deploy_plan
-    from executor.options import RunOptions
-    from executor.source import with_source
-    from planner.plan import Plan
+    from pipeplan.executor.deploy import ServeOptions, deploy_plan
+    from pipeplan.executor.options import RunOptions
+    from pipeplan.executor.source import with_source
+    from pipeplan.planner.plan import Plan
 
     options = RunOptions(cluster=args.cluster, device=args.device, threads=args.threads, schedule=args.schedule,
                          timeout=args.timeout)

@@ -1,7 +1,7 @@
 """One stage process of a deployment: serve microbatches until told to stop.
 
-The process is set up as a run's (:mod:`executor.worker`: pinned, the same ``PipelineStage`` with
-static shapes, the same :class:`~executor.schedule.TimedSchedule`), but loops on one microbatch per
+The process is set up as a run's (:mod:`pipeplan.executor.worker`: pinned, the same ``PipelineStage`` with
+static shapes, the same :class:`~pipeplan.executor.schedule.TimedSchedule`), but loops on one microbatch per
 step instead of running a fixed batch count.  What comes next travels as a header down a gloo
 group of its own, ahead of the activations (apart from them, so a header never matches an
 activation's receive):
@@ -30,9 +30,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
-from executor.options import RunSetup
-from executor.schedule import TimedSchedule
-from executor.worker import Phases, StageBuild, _agree, _devices, _Guarded, pin
+from pipeplan.executor.options import RunSetup
+from pipeplan.executor.schedule import TimedSchedule
+from pipeplan.executor.worker import Phases, StageBuild, _agree, _devices, _Guarded, pin
 
 __all__ = ["Command", "serve_stage"]
 
@@ -63,7 +63,7 @@ def serve_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases, bu
                 inbox: Connection | None, outbox: Connection) -> list[dict[str, Any]] | None:
     """Serve stage ``rank`` until a stop header; rank 0 returns every stage's totals, the others None.
 
-    The body :func:`executor.launch.spawn` runs in each process of a deployment.  ``inbox`` (stage 0
+    The body :func:`pipeplan.executor.launch.spawn` runs in each process of a deployment.  ``inbox`` (stage 0
     only) brings ``(step, flat inputs)`` and None to stop; ``outbox`` takes ``("ready", rank)`` once,
     then ``("step", rank, row, arrived, outputs)`` per step: ``arrived`` (stage 0 only) is when the
     step's inputs came, ``outputs`` (last stage only) the step's outputs as CPU tensors.

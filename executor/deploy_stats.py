@@ -1,7 +1,7 @@
 """A deployment's measurements, kept as it serves: per stage and per request.
 
 Per stage, over its last ``window`` microbatches, split as the run report splits a run's
-(:func:`executor.report._microbatches`): ``compute``; ``recv``, the input's transfer once the
+(:func:`pipeplan.executor.report._microbatches`): ``compute``; ``recv``, the input's transfer once the
 previous stage had it ready; ``send``, posting the output and waiting for it to be taken;
 ``transfer`` = recv + send; ``idle``, waiting for work — for stage 0, for requests; for the others,
 for the stage before them.  Per request, over the last ``window`` answered: ``queueing``, from
@@ -17,7 +17,7 @@ from collections import deque
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from executor.report import _microbatches
+from pipeplan.executor.report import _microbatches
 
 __all__ = ["DeploymentStats", "Meter", "StageStats"]
 
@@ -49,7 +49,7 @@ class StageStats:
 
 @dataclass
 class DeploymentStats:
-    """What :meth:`executor.deploy.Deployment.stats` returns; times in seconds."""
+    """What :meth:`pipeplan.executor.deploy.Deployment.stats` returns; times in seconds."""
 
     submitted: int
     answered: int

@@ -2,7 +2,7 @@
 
 :func:`spawn` starts the stages as local processes (``spawn`` start method, rendezvous over TCP on
 a free loopback port) and waits for each one's message, or its exit.  When a stage fails, the
-others are stopped and :class:`~executor.errors.StageFailure` names the stage to blame: a stage
+others are stopped and :class:`~pipeplan.executor.errors.StageFailure` names the stage to blame: a stage
 whose own forward raised is preferred over its neighbours, which only see the connection drop.
 Nothing can hang: every collective has the run's ``timeout``, the whole run ``run_timeout``, and a
 stage process dies with its launcher.
@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from executor.errors import RunError, StageFailure
-from executor.options import RunSetup
+from pipeplan.executor.errors import RunError, StageFailure
+from pipeplan.executor.options import RunSetup
 
 __all__ = ["free_port", "spawn", "torchrun_env"]
 
@@ -63,10 +63,10 @@ def _stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], in
                 conn: Connection, body: Callable[..., Any] | None = None, extra: tuple[Any, ...] = ()) -> None:
     """Body of a spawned stage process: run the stage, send ("ok", result) or ("error", failure).
 
-    ``body`` replaces :func:`executor.worker.run_stage` (same first five arguments, then ``extra``)."""
+    ``body`` replaces :func:`pipeplan.executor.worker.run_stage` (same first five arguments, then ``extra``)."""
     _die_with_parent()
-    from executor.source import import_registrations
-    from executor.worker import Phases, describe_failure, run_stage
+    from pipeplan.executor.source import import_registrations
+    from pipeplan.executor.worker import Phases, describe_failure, run_stage
 
     phases = Phases()
     try:
@@ -109,7 +109,7 @@ def _context() -> Any:
     not needed for every run: a test session or a benchmark pays the imports once.
     """
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["executor.worker"])
+    ctx.set_forkserver_preload(["pipeplan.executor.worker"])
     return ctx
 
 
@@ -127,13 +127,13 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
           ) -> list[dict[str, Any]]:
     """Run every stage of ``setup`` in its own local process; return rank 0's gathered results.
 
-    ``builds[k]`` (an :class:`executor.worker.StageBuild`) is pickled to stage k's process, so no
+    ``builds[k]`` (an :class:`pipeplan.executor.worker.StageBuild`) is pickled to stage k's process, so no
     process has to rebuild or export the model again; ``modules`` are imported there first (they
     register the custom operators the stages call).  ``rebuildable`` says whether the plan's source
     can rebuild the model, for a model that cannot be pickled.
 
     ``body`` (a module-level function) runs in each process instead of
-    :func:`executor.worker.run_stage`, with ``extra[rank]`` appended to its arguments (a deployment
+    :func:`pipeplan.executor.worker.run_stage`, with ``extra[rank]`` appended to its arguments (a deployment
     passes the pipes of its requests and answers).  Connections in ``extra`` are closed here once
     their process holds them, so that either end sees the other's death as EOF or a broken pipe.
     """

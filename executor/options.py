@@ -13,11 +13,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from costmodel.hardware import Contention
-from executor.errors import PlanMismatchError
-from executor.schedule import SCHEDULES, ScheduleName
-from planner.cluster import Cluster, ClusterError, load_cluster
-from planner.plan import Plan
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.executor.errors import PlanMismatchError
+from pipeplan.executor.schedule import SCHEDULES, ScheduleName
+from pipeplan.planner.cluster import Cluster, ClusterError, load_cluster
+from pipeplan.planner.plan import Plan
 
 __all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "Transport", "choose_transport", "parse_loads",
            "resolve"]
@@ -49,7 +49,8 @@ class RunOptions:
     seed: int = 0
     cluster: str | None = None
     costmodel: str | None = None
-    calibrate: bool = True  # record predicted and measured stage compute for later plans (costmodel.calibration)
+    # record predicted and measured stage compute for later plans (pipeplan.costmodel.calibration)
+    calibrate: bool = True
 
     def __post_init__(self) -> None:
         for name in ("batches", "warmup", "check_batches"):

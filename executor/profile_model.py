@@ -5,8 +5,8 @@ layers one after the other, each finding the caches as the previous one left the
 operators no sweep has (residual adds, reshapes, masks). On this project's Xeon whole forwards were
 23–36% slower than the sum of swept layers. So this profiler times the model as it runs:
 
-1. capture the model (:func:`costmodel.capture.capture_program`) and cut the exported program into
-   one ``GraphModule`` per layer, in topological order (:func:`executor.stages.split_program` with
+1. capture the model (:func:`pipeplan.costmodel.capture.capture_program`) and cut the exported program into
+   one ``GraphModule`` per layer, in topological order (:func:`pipeplan.executor.stages.split_program` with
    one layer per stage), each taking exactly what the previous one returns;
 2. run that chain on the model's inputs, pass after pass, with ``perf_counter`` around every
    layer's call; the original module's eager forward and the uncut exported graph run between
@@ -20,8 +20,8 @@ operators no sweep has (residual adds, reshapes, masks). On this project's Xeon 
    inputs and outputs is timed the same way. A pipeline stage pays that cost once, not per layer.
 
 The CPU thread is pinned to the device's cores with a fixed torch thread count, as
-:mod:`costmodel.profile` does; contention levels are real co-runner processes
-(:class:`costmodel.corunners.CoRunners`) on the same cores. CPU only.
+:mod:`pipeplan.costmodel.profile` does; contention levels are real co-runner processes
+(:class:`pipeplan.costmodel.corunners.CoRunners`) on the same cores. CPU only.
 """
 
 from __future__ import annotations
@@ -39,13 +39,13 @@ from typing import Any
 import torch
 from torch import fx, nn
 
-from costmodel.capture import CapturedProgram, capture_program
-from costmodel.corunners import CoRunners
-from costmodel.hardware import Contention, cpu_model
-from costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
-from costmodel.profile import pinned
-from costmodel.source import build_source, flat_inputs, kwarg_order
-from executor.stages import StageProgram, split_program
+from pipeplan.costmodel.capture import CapturedProgram, capture_program
+from pipeplan.costmodel.corunners import CoRunners
+from pipeplan.costmodel.hardware import Contention, cpu_model
+from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
+from pipeplan.costmodel.profile import pinned
+from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
+from pipeplan.executor.stages import StageProgram, split_program
 
 __all__ = ["LayerChain", "ModelProfileSettings", "layer_chain", "profile_built", "profile_source"]
 
@@ -227,7 +227,7 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
 
 def profile_source(source: Mapping[str, Any], *, granularity: str = "leaf",
                    settings: ModelProfileSettings | None = None, progress: Progress | None = None) -> ModelProfile:
-    """Build the model ``source`` describes (:func:`costmodel.source.source_spec`) and profile it."""
+    """Build the model ``source`` describes (:func:`pipeplan.costmodel.source.source_spec`) and profile it."""
     built = build_source(source)
     return profile_built(built.model, built.args, built.kwargs, name=built.name, granularity=granularity,
                          settings=settings, source=source, progress=progress)

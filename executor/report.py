@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from executor.options import RunSetup
-from planner.plan import Plan
+from pipeplan.executor.options import RunSetup
+from pipeplan.planner.plan import Plan
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -34,7 +34,7 @@ __all__ = ["REPORT_FORMAT", "REPORT_VERSION", "RunReport", "StageReport", "build
 REPORT_FORMAT = "pipeplan.run"
 REPORT_VERSION = 1
 
-# Columns of a MicrobatchTiming row (see executor.schedule.MicrobatchTiming.as_row).
+# Columns of a MicrobatchTiming row (see pipeplan.executor.schedule.MicrobatchTiming.as_row).
 _BATCH, _MB, _RECV_START, _RECV_END, _COMP_START, _COMP_END, _SEND_END, _SEND_WAIT = range(8)
 
 

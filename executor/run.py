@@ -2,14 +2,15 @@
 
 ::
 
-    from executor import RunOptions, run_plan
+    from pipeplan.executor import RunOptions, run_plan
     report = run_plan("plan.json", options=RunOptions(batches=8, loads={"cpu1": "1xcompute"}))
     report = run_plan(plan, my_module, (example_batch,))      # your own module, no factory needed
     print(report.throughput, [s.error["compute"] for s in report.stages])
 
 Everything that can be checked is checked before a process starts: the plan against the rebuilt
-model (:func:`executor.validate.check_plan`), the cut into stages (:func:`executor.stages.split_program`),
-the devices, cores and loads (:func:`executor.options.resolve`).  Then the stages run as local
+model (:func:`pipeplan.executor.validate.check_plan`), the cut into stages
+(:func:`pipeplan.executor.stages.split_program`), the devices, cores and loads
+(:func:`pipeplan.executor.options.resolve`).  Then the stages run as local
 processes, or, when this process was started by ``torchrun``, this process runs its own stage and
 rank 0 builds the report.
 """
@@ -24,17 +25,17 @@ from typing import Any
 
 from torch import nn
 
-from costmodel.base import CostModel
-from costmodel.graph import ModelGraph
-from costmodel.hardware import Contention
-from executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
-from executor.launch import spawn, torchrun_env
-from executor.options import RunOptions, RunSetup, resolve
-from executor.report import RunReport, build_report
-from executor.source import rebuild
-from executor.validate import check_plan
-from planner.cluster import Cluster
-from planner.plan import Plan
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
+from pipeplan.executor.launch import spawn, torchrun_env
+from pipeplan.executor.options import RunOptions, RunSetup, resolve
+from pipeplan.executor.report import RunReport, build_report
+from pipeplan.executor.source import rebuild
+from pipeplan.executor.validate import check_plan
+from pipeplan.planner.cluster import Cluster
+from pipeplan.planner.plan import Plan
 
 __all__ = ["feed_back", "repredict", "run_plan"]
 
@@ -73,8 +74,8 @@ def _loads(setup: RunSetup) -> dict[str, Contention]:
 
 def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list[str]]:
     """The cost model this run re-predicts with (see :func:`repredict`), or None and why."""
-    from costmodel.provenance import load_recorded_cost_model
-    from costmodel.registry import load_cost_model
+    from pipeplan.costmodel.provenance import load_recorded_cost_model
+    from pipeplan.costmodel.registry import load_cost_model
 
     notes: list[str] = []
     try:
@@ -92,8 +93,8 @@ def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list
 
 def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, report: RunReport) -> list[str]:
     """Record each stage's predicted and measured compute in the calibration store
-    (:mod:`costmodel.calibration`), and say how the device factors change the stages' errors."""
-    from costmodel.calibration import CalibratedCostModel, CalibrationStore, record_run
+    (:mod:`pipeplan.costmodel.calibration`), and say how the device factors change the stages' errors."""
+    from pipeplan.costmodel.calibration import CalibratedCostModel, CalibrationStore, record_run
 
     if setup.notes:  # the stages did not run on the plan's devices: their times calibrate nothing
         return []
@@ -147,9 +148,9 @@ def run_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: A
     microbatch, as the plan was made for.
 
     Under ``torchrun`` only rank 0 returns the report; the other ranks return None.  Raises
-    :class:`~executor.errors.PlanMismatchError` before starting anything for a plan that cannot run,
-    :class:`~executor.errors.StageFailure` naming the stage when one fails, and
-    :class:`~executor.errors.OutputMismatchError` when the outputs differ from the unsplit model's.
+    :class:`~pipeplan.executor.errors.PlanMismatchError` before starting anything for a plan that cannot run,
+    :class:`~pipeplan.executor.errors.StageFailure` naming the stage when one fails, and
+    :class:`~pipeplan.executor.errors.OutputMismatchError` when the outputs differ from the unsplit model's.
     """
     if isinstance(module, RunOptions):
         raise TypeError("run_plan(plan, module, inputs, options): pass the options as options=RunOptions(...)")
@@ -160,7 +161,7 @@ def run_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: A
     setup = resolve(plan, options, local=env is None)
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
-    from executor.worker import Phases, build_stages, describe_failure, run_stage
+    from pipeplan.executor.worker import Phases, build_stages, describe_failure, run_stage
 
     # Cutting the stages here refuses what cannot cross a stage boundary before anything starts.
     builds = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=env is not None)

@@ -1,11 +1,11 @@
 """Rebuild the module a plan was made for, capture it again, and make its input batches.
 
 A plan records how its graph was captured (``Plan.source``: a zoo name or a factory, the microbatch
-size, the granularity, the build options and the dtype; see :mod:`costmodel.source`).  The
+size, the granularity, the build options and the dtype; see :mod:`pipeplan.costmodel.source`).  The
 launcher rebuilds the module from it with the same seed and exports it exactly as
-:func:`costmodel.capture.capture_program` does; under ``torchrun`` every stage process does, and
+:func:`pipeplan.costmodel.capture.capture_program` does; under ``torchrun`` every stage process does, and
 all of them hold the same weights without shipping any.  A module passed to
-:func:`executor.run_plan` directly is captured as it is instead.
+:func:`pipeplan.executor.run_plan` directly is captured as it is instead.
 
 Custom operators (``torch.library`` ops that a model's package registers when imported, such as
 the MoE grouped matmul of ``transformers``) must exist in every stage process before its stage
@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.capture import CapturedProgram, CaptureError, capture_program
-from costmodel.source import SourceError, build_source, import_source_module, parse_factory
-from executor.errors import PlanMismatchError
-from planner.plan import Plan
+from pipeplan.costmodel.capture import CapturedProgram, CaptureError, capture_program
+from pipeplan.costmodel.source import SourceError, build_source, import_source_module, parse_factory
+from pipeplan.executor.errors import PlanMismatchError
+from pipeplan.planner.plan import Plan
 
 __all__ = ["Rebuilt", "batch_inputs", "batch_kwargs", "import_registrations", "rebuild", "registrations",
            "source_of_plan", "state_fingerprint", "with_source"]
@@ -65,11 +65,11 @@ def with_source(plan: Plan, model: str | None = None, dtype: str | None = None) 
     """``plan`` rebuilt from another MODEL (zoo name or factory) and/or in another dtype.
 
     The plan's model name, microbatch size and granularity stay: the rebuilt module must still
-    have the plan's layers, which :func:`executor.validate.check_plan` checks as for any plan.
+    have the plan's layers, which :func:`pipeplan.executor.validate.check_plan` checks as for any plan.
     """
     if model is None and dtype is None:
         return plan
-    from costmodel.source import SourceError, source_spec
+    from pipeplan.costmodel.source import SourceError, source_spec
 
     source = source_of_plan(plan)
     try:

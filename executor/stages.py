@@ -1,6 +1,6 @@
 """Cut an exported program into one ``GraphModule`` per pipeline stage, keeping a plan's layer sets.
 
-:func:`costmodel.capture.capture_program` says which layer owns each operator of the exported
+:func:`pipeplan.costmodel.capture.capture_program` says which layer owns each operator of the exported
 graph; a plan says which stage holds each layer.  :func:`split_program` copies the operators of
 each stage into a graph of its own:
 
@@ -31,8 +31,8 @@ import torch
 from torch import fx, nn
 from torch.export.graph_signature import InputKind, OutputKind
 
-from costmodel.capture import CapturedProgram
-from executor.errors import PlanMismatchError
+from pipeplan.costmodel.capture import CapturedProgram
+from pipeplan.executor.errors import PlanMismatchError
 
 __all__ = ["Boundary", "StageProgram", "split_program"]
 
@@ -149,9 +149,9 @@ def split_program(captured: CapturedProgram, stage_layers: Sequence[Sequence[str
     """Cut ``captured.program`` into ``len(stage_layers)`` stage modules.
 
     ``stage_layers[k]`` are the layers of stage k; together they must cover the graph's layers once
-    (checked by :func:`executor.validate.check_plan`).
+    (checked by :func:`pipeplan.executor.validate.check_plan`).
 
-    >>> from costmodel.capture import capture_program
+    >>> from pipeplan.costmodel.capture import capture_program
     >>> cp = capture_program(nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 2)), (torch.randn(2, 4),))
     >>> [s.inputs for s in split_program(cp, [["0"], ["1", "2"]])]
     [['input'], ['linear']]

@@ -7,9 +7,9 @@ every edge of the graph going forward in stage order.
 
 from __future__ import annotations
 
-from costmodel.graph import ModelGraph
-from executor.errors import PlanMismatchError
-from planner.plan import Plan
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.executor.errors import PlanMismatchError
+from pipeplan.planner.plan import Plan
 
 __all__ = ["check_plan"]
 
@@ -22,9 +22,9 @@ def _some(names: list[str], limit: int = 3) -> str:
 def check_plan(plan: Plan, graph: ModelGraph) -> None:
     """Raise :class:`PlanMismatchError` naming the first way ``plan`` does not fit ``graph``.
 
-    >>> from costmodel.graph import Layer
-    >>> from planner.plan import Certificate, Stage
-    >>> from planner.problem import PlanOptions
+    >>> from pipeplan.costmodel.graph import Layer
+    >>> from pipeplan.planner.plan import Certificate, Stage
+    >>> from pipeplan.planner.problem import PlanOptions
     >>> g = ModelGraph("toy", batch_size=1)
     >>> g.add_layer(Layer("a", "linear", "Linear", 0, 1, 1, 1, 1, 1, 1))
     >>> stage = Stage(0, "cpu0", ["a", "b"], 0.0, 0.0, 0.0, 0.0, 0, 1)
@@ -32,7 +32,7 @@ def check_plan(plan: Plan, graph: ModelGraph) -> None:
     ...                 Certificate("x", "HEURISTIC", 0.0)), g)
     Traceback (most recent call last):
     ...
-    executor.errors.PlanMismatchError: plan names layer 'b', which model 'toy' (leaf granularity) does not have
+    pipeplan.executor.errors.PlanMismatchError: plan names layer 'b', which model 'toy' (leaf granularity) does not have
     """
     described = f"model {graph.model!r} ({graph.granularity} granularity)"
     if plan.model != graph.model:

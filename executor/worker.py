@@ -1,6 +1,6 @@
 """One stage process: pin it, build its stage, run the batches, measure, check, report to rank 0.
 
-The same function runs under the local launcher (:mod:`executor.launch`, one spawned process per
+The same function runs under the local launcher (:mod:`pipeplan.executor.launch`, one spawned process per
 stage) and under ``torchrun`` (one process per stage, possibly on several hosts).  Rank k runs
 stage k.  The local launcher hands each process its stage module, pickled; under ``torchrun`` every
 process rebuilds the model from the plan's source and proves, by a digest of the weights, that it
@@ -27,18 +27,18 @@ import torch.distributed as dist
 from torch import fx
 from torch.distributed.pipelining import PipelineStage
 
-from costmodel.corunners import CoRunners
-from costmodel.hardware import Contention
-from costmodel.profile import retain_freed_memory
-from costmodel.source import build_source, flat_inputs, kwarg_order
-from executor.check import compare_outputs, tolerance
-from executor.errors import RunError
-from executor.options import RunSetup, StageSetup
-from executor.schedule import TimedSchedule, run_batches
-from executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
-from executor.stages import Boundary, split_program
-from executor.validate import check_plan
-from planner.plan import Plan
+from pipeplan.costmodel.corunners import CoRunners
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.profile import retain_freed_memory
+from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
+from pipeplan.executor.check import compare_outputs, tolerance
+from pipeplan.executor.errors import RunError
+from pipeplan.executor.options import RunSetup, StageSetup
+from pipeplan.executor.schedule import TimedSchedule, run_batches
+from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
+from pipeplan.executor.stages import Boundary, split_program
+from pipeplan.executor.validate import check_plan
+from pipeplan.planner.plan import Plan
 
 __all__ = ["ForwardError", "Phases", "StageBuild", "build_stages", "describe_failure", "pin", "run_stage"]
 
@@ -117,11 +117,11 @@ class _Guarded(torch.nn.Module):
 
 def pin(stage: StageSetup) -> None:
     """Pin this process (and the threads it will start) to the stage's cores, with a fixed thread count,
-    and flush denormal floats to zero, as the profiler does (:func:`costmodel.profile.pinned`): random
+    and flush denormal floats to zero, as the profiler does (:func:`pipeplan.costmodel.profile.pinned`): random
     weights can drive a model into denormals that trained weights do not, and a run measures what
     the plan predicted for the trained model. The unsplit model the outputs are checked against runs
     in a stage process too, under the same setting. Freed memory is kept for reuse, as when profiling
-    (:func:`costmodel.profile.retain_freed_memory` says why)."""
+    (:func:`pipeplan.costmodel.profile.retain_freed_memory` says why)."""
     if stage.cores:
         os.sched_setaffinity(0, stage.cores)
     torch.set_num_threads(stage.threads)

@@ -16,13 +16,13 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from costmodel.base import CostModel
-    from costmodel.graph import ModelGraph
-    from planner.cluster import Cluster
-    from planner.harvest import HarvestOptions
-    from planner.ilp import SolverOptions
-    from planner.plan import Plan
-    from planner.problem import Problem
+    from pipeplan.costmodel.base import CostModel
+    from pipeplan.costmodel.graph import ModelGraph
+    from pipeplan.planner.cluster import Cluster
+    from pipeplan.planner.harvest import HarvestOptions
+    from pipeplan.planner.ilp import SolverOptions
+    from pipeplan.planner.plan import Plan
+    from pipeplan.planner.problem import Problem
 
 __all__ = ["main"]
 
@@ -79,8 +79,8 @@ def add_model_args(p: argparse.ArgumentParser, model_help: str = _MODEL_HELP, op
 
 def check_model_name(text: str) -> None:
     """Refuse MODEL that is neither a zoo name nor a factory, pointing to factories."""
-    from costmodel.source import is_factory
-    from costmodel.zoo import ZooError, get_model
+    from pipeplan.costmodel.source import is_factory
+    from pipeplan.costmodel.zoo import ZooError, get_model
 
     if not is_factory(text):
         try:
@@ -149,14 +149,14 @@ def _add_costmodel_arg(p: argparse.ArgumentParser) -> None:
 def _cost_model(args: argparse.Namespace, graph: ModelGraph | None = None,
                 cluster: Cluster | None = None) -> CostModel:
     """The model --costmodel names; unset, this graph's own profile if one covers a device, else analytic."""
-    from costmodel.registry import load_cost_model
+    from pipeplan.costmodel.registry import load_cost_model
 
     if args.costmodel:
         return load_cost_model(args.costmodel)
     if str(getattr(args, "model", "")).startswith(_TABLE):  # a model given as a cost table costs what it says
         return load_cost_model(args.model)
     if graph is not None and cluster is not None:
-        from costmodel.profiled import load_profiled, matching_profile
+        from pipeplan.costmodel.profiled import load_profiled, matching_profile
 
         path = matching_profile(graph)
         if path is not None:
@@ -170,8 +170,8 @@ def _cost_model(args: argparse.Namespace, graph: ModelGraph | None = None,
 
 
 def _graph(args: argparse.Namespace) -> ModelGraph:
-    from costmodel.graph import ModelGraph
-    from costmodel.source import capture_source
+    from pipeplan.costmodel.graph import ModelGraph
+    from pipeplan.costmodel.source import capture_source
 
     text = args.model
     if text.startswith(_TABLE):
@@ -202,7 +202,7 @@ _TABLE = "table:"
 def _table_graph(args: argparse.Namespace) -> ModelGraph:
     """MODEL ``table:FILE``: the chain (or the edges) a cost table describes, named after the file;
     ``--batch`` says the samples per microbatch the times were measured with."""
-    from costmodel.table import load_table
+    from pipeplan.costmodel.table import load_table
 
     given = [flag for flag, value in (("--seq-len", args.seq_len), ("--image-size", args.image_size),
                                       ("--dtype", args.dtype), ("--kv-context", getattr(args, "kv_context", None)))
@@ -213,8 +213,8 @@ def _table_graph(args: argparse.Namespace) -> ModelGraph:
 
 
 def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
-    from costmodel.hardware import Contention
-    from planner.cluster import load_cluster
+    from pipeplan.costmodel.hardware import Contention
+    from pipeplan.planner.cluster import load_cluster
 
     cluster = load_cluster(spec)
     for item in loads:
@@ -228,7 +228,7 @@ def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
 def cmd_models(args: argparse.Namespace) -> None:
     from rich.table import Table
 
-    from costmodel.zoo import list_models
+    from pipeplan.costmodel.zoo import list_models
 
     table = Table(title="model zoo (random weights, nothing downloaded)", title_justify="left")
     for col in ("name", "family", "input", "description"):
@@ -251,13 +251,13 @@ def cmd_graph(args: argparse.Namespace) -> None:
 def cmd_cluster(args: argparse.Namespace) -> None:
     import json
 
+    from pipeplan.planner.cluster import builtin_clusters
     from pipeplan.render import cluster_table, links_table
-    from planner.cluster import builtin_clusters
 
     if args.detect:
         if args.spec:
             raise CliError(f"--detect describes this machine: give no SPEC ({args.spec!r}), or drop --detect")
-        from planner.detect import detect_cluster
+        from pipeplan.planner.detect import detect_cluster
 
         _console().print("measuring this machine's devices (fp32 matmul and copy, a few seconds each) …")
         cluster = detect_cluster(args.name, gpus=not args.no_gpus)
@@ -290,8 +290,8 @@ def cmd_costs(args: argparse.Namespace) -> None:
 
 
 def _problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
-    from planner.ilp import SolverOptions
-    from planner.problem import PlanOptions, Problem
+    from pipeplan.planner.ilp import SolverOptions
+    from pipeplan.planner.problem import PlanOptions, Problem
 
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
                           min_throughput=args.min_throughput, max_devices=args.max_devices,
@@ -313,7 +313,7 @@ def _layer_list(text: str) -> tuple[str, ...]:
 
 def _harvest_options(args: argparse.Namespace) -> HarvestOptions | None:
     """The harvesting options of ``--harvest`` and its companions; None without ``--harvest``."""
-    from planner.harvest import HarvestOptions
+    from pipeplan.planner.harvest import HarvestOptions
 
     if not args.harvest:
         if args.lender or args.reserve or args.host_memory != "0":
@@ -333,9 +333,9 @@ def _print_harvest(console: Console, plan: Plan) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
+    from pipeplan.planner.harvest_solve import solve_harvest
+    from pipeplan.planner.ilp import solve
     from pipeplan.render import plan_table
-    from planner.harvest_solve import solve_harvest
-    from planner.ilp import solve
 
     problem, solver = _problem(args)
     harvest = _harvest_options(args)
@@ -355,8 +355,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
 def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,
                      with_plan: bool = False) -> None:
     """Plan with the ILP and every baseline, print the table (and the ILP's stages), write the PNG."""
+    from pipeplan.planner.compare import compare, comparison_table, plot_comparison
     from pipeplan.render import plan_table
-    from planner.compare import compare, comparison_table, plot_comparison
 
     console.print(f"planning {problem.graph.model} ({problem.n_layers} layers) on {problem.cluster.name} "
                   f"with the ILP (CP-SAT) and every baseline, {problem.options.microbatches} microbatches …")
@@ -368,8 +368,8 @@ def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, 
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
-    from planner.harvest_solve import solve_harvest
-    from planner.problem import PlanError
+    from pipeplan.planner.harvest_solve import solve_harvest
+    from pipeplan.planner.problem import PlanError
 
     problem, solver = _problem(args)
     harvest = _harvest_options(args)
@@ -389,10 +389,10 @@ def cmd_compare(args: argparse.Namespace) -> None:
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
-    from costmodel.zoo import capture_model
+    from pipeplan.costmodel.zoo import capture_model
+    from pipeplan.planner.ilp import SolverOptions
+    from pipeplan.planner.problem import PlanOptions, Problem
     from pipeplan.render import cluster_table, device_times_table, graph_table
-    from planner.ilp import SolverOptions
-    from planner.problem import PlanOptions, Problem
 
     console = _console()
     console.rule(f"pipeplan demo: {args.model} on {args.cluster}")
@@ -500,11 +500,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _extensions() -> list[Any]:
     """Modules that add subcommands: each has ``register(subparsers)`` and ``USER_ERRORS``."""
-    import api.cli
-    import costmodel.cli
-    import executor.cli
-
-    return [costmodel.cli, executor.cli, api.cli]
+    import pipeplan.api.cli
+    import pipeplan.costmodel.cli
+    import pipeplan.executor.cli
+    return [pipeplan.costmodel.cli, pipeplan.executor.cli, pipeplan.api.cli]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,8 +1,8 @@
 """``pipeplan profile MODEL``: every layer of one model timed inside real forward passes.
 
-``pipeplan profile`` without MODEL is the layer sweep of :mod:`costmodel.cli` (rows for training a
-learned model). With MODEL it profiles that model (:mod:`executor.profile_model`) and writes its
-table (:mod:`costmodel.model_profile`), which ``--costmodel profile:FILE`` plans with. The MODEL
+``pipeplan profile`` without MODEL is the layer sweep of :mod:`pipeplan.costmodel.cli` (rows for training a
+learned model). With MODEL it profiles that model (:mod:`pipeplan.executor.profile_model`) and writes its
+table (:mod:`pipeplan.costmodel.model_profile`), which ``--costmodel profile:FILE`` plans with. The MODEL
 arguments are added here, on top of both packages, because the profiler needs the executor and
 ``costmodel`` must not import it.
 """
@@ -45,12 +45,12 @@ def extend_profile(parser: argparse.ArgumentParser) -> None:
 
 def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The model source and granularity MODEL names (a graph JSON carries the source it was captured from)."""
-    from costmodel.source import source_spec
     from pipeplan.cli import check_model_name
+    from pipeplan.costmodel.source import source_spec
 
     text = args.model
     if text.endswith(".json") and Path(text).is_file():
-        from costmodel.graph import ModelGraph
+        from pipeplan.costmodel.graph import ModelGraph
 
         graph = ModelGraph.load(text)
         source = {k: graph.meta[k] for k in _SOURCE_KEYS if graph.meta.get(k) is not None}
@@ -66,9 +66,9 @@ def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
 def cmd_profile_model(args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from costmodel.hardware import Contention, cpu_model
-    from costmodel.model_profile import default_path
-    from executor.profile_model import ModelProfileSettings, profile_source
+    from pipeplan.costmodel.hardware import Contention, cpu_model
+    from pipeplan.costmodel.model_profile import default_path
+    from pipeplan.executor.profile_model import ModelProfileSettings, profile_source
 
     if args.gpu is not None:
         raise ValueError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from costmodel.base import CostModel
-from costmodel.graph import Layer, ModelGraph
-from costmodel.hardware import Contention
-from costmodel.units import format_bytes, format_flops, format_seconds
-from planner.cluster import Cluster
-from planner.plan import Plan
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.units import format_bytes, format_flops, format_seconds
+from pipeplan.planner.cluster import Cluster
+from pipeplan.planner.plan import Plan
 
 __all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "loans_table",
            "memory_map_table", "plan_table"]

@@ -1,5 +1,5 @@
 """``pipeplan replan``: the plan serving now, re-planned for a new cluster state with the cost of
-moving its weights counted (:mod:`planner.replan`), and the decision to stay or move explained."""
+moving its weights counted (:mod:`pipeplan.planner.replan`), and the decision to stay or move explained."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from planner.plan import Plan
+    from pipeplan.planner.plan import Plan
 
 __all__ = ["decision_text", "migration_table", "register_replan"]
 
@@ -60,10 +60,10 @@ def _model_from_plan(args: argparse.Namespace, current: Plan) -> None:
 
 def cmd_replan(args: argparse.Namespace) -> None:
     from pipeplan.cli import _console, _problem
+    from pipeplan.planner.migration import Reload
+    from pipeplan.planner.plan import Plan
+    from pipeplan.planner.replan import replan
     from pipeplan.render import plan_table
-    from planner.migration import Reload
-    from planner.plan import Plan
-    from planner.replan import replan
 
     current = Plan.load(args.plan)
     _model_from_plan(args, current)
@@ -85,10 +85,10 @@ def migration_table(plan: Plan) -> Table:
     """One row per layer that changes device, and the channels' totals as the footer."""
     from rich.table import Table
 
-    from costmodel.units import format_bytes, format_seconds
+    from pipeplan.costmodel.units import format_bytes, format_seconds
 
     moved = plan.migration
-    assert moved is not None, "a plan from planner.replan carries its migration"
+    assert moved is not None, "a plan from pipeplan.planner.replan carries its migration"
     table = Table(title=f"moves: {_count(len(moved.moves), 'layer')}", title_justify="left")
     for col in ("layer", "from", "to", "bytes", "seconds"):
         table.add_column(col, justify="right" if col in ("bytes", "seconds") else "left")
@@ -105,7 +105,7 @@ def _count(n: int, what: str) -> str:
 
 def decision_text(plan: Plan) -> str:
     """The decision, with the figures it rests on."""
-    from costmodel.units import format_bytes, format_seconds
+    from pipeplan.costmodel.units import format_bytes, format_seconds
 
     moved = plan.migration
     assert moved is not None

@@ -2,8 +2,8 @@
 
 Public surface::
 
-    from planner import load_cluster, Problem, PlanOptions, solve, SolverOptions, BASELINES, evaluate
-    from planner import GraphBuilder  # a layer graph by hand (keyword-only layers, order computed)
+    from pipeplan.planner import load_cluster, Problem, PlanOptions, solve, SolverOptions, BASELINES, evaluate
+    from pipeplan.planner import GraphBuilder  # a layer graph by hand (keyword-only layers, order computed)
 
 ``planner`` depends on ``costmodel`` and knows nothing of the executor or the service.  The ILP
 (``solve``, ``SolverOptions``) is imported on first use: OR-Tools takes most of a second to load,
@@ -15,12 +15,12 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from planner.baselines import BASELINES, best_baseline
-from planner.builder import GraphBuilder
-from planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
-from planner.plan import Certificate, Plan, SolverDetails, Stage
-from planner.problem import PlanError, PlanOptions, Problem
-from planner.simulate import evaluate, make_plan, violation
+from pipeplan.planner.baselines import BASELINES, best_baseline
+from pipeplan.planner.builder import GraphBuilder
+from pipeplan.planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
+from pipeplan.planner.plan import Certificate, Plan, SolverDetails, Stage
+from pipeplan.planner.problem import PlanError, PlanOptions, Problem
+from pipeplan.planner.simulate import evaluate, make_plan, violation
 
 __all__ = [
     "BASELINES", "Certificate", "Cluster", "ClusterError", "GraphBuilder", "Link", "Plan", "PlanError",
@@ -31,5 +31,10 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name in ("solve", "SolverOptions"):
-        return getattr(importlib.import_module("planner.ilp"), name)
-    raise AttributeError(f"module 'planner' has no attribute {name!r}")
+        return getattr(importlib.import_module("pipeplan.planner.ilp"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# The folder is installed as pipeplan.planner; imported under another name it would be a second copy.
+if __name__ != "pipeplan.planner":
+    raise ImportError(f"import pipeplan.planner, not {__name__}: pipeplan's packages live under one namespace")

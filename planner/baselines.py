@@ -5,7 +5,7 @@ K = ``options.max_devices`` or the number of usable devices (those ``forbid_devi
 puts chunk i on the i-th usable device in cluster order; empty chunks are dropped.  Contiguous
 chunks of a topological order are convex and their stage graph is acyclic, so a baseline's plan is
 a valid pipeline unless a device runs out of memory or it breaks a pin or a keep-together group:
-every plan is scored by :func:`planner.simulate.make_plan`, by the same rules as the ILP's, which
+every plan is scored by :func:`pipeplan.planner.simulate.make_plan`, by the same rules as the ILP's, which
 rejects it then with a :class:`PlanError` naming the constraint.  Only ``chain-dp`` plans around
 the constraints: it gives a chunk a device only when the pins allow it (a device may then stay
 empty), and never cuts a group.
@@ -23,9 +23,9 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from planner.plan import Certificate, Plan, relative_gap
-from planner.problem import PlanError, Problem
-from planner.simulate import make_plan
+from pipeplan.planner.plan import Certificate, Plan, relative_gap
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import make_plan
 
 __all__ = ["BASELINES", "Baseline", "best_baseline", "chain_dp", "get_baseline", "param_balanced",
            "time_balanced", "uniform"]

@@ -1,6 +1,6 @@
 """Build a layer graph by hand: keyword-only layers with defaults, edges by name, order computed.
 
-A captured :class:`costmodel.graph.ModelGraph` carries ten fields per layer and a topological order
+A captured :class:`pipeplan.costmodel.graph.ModelGraph` carries ten fields per layer and a topological order
 from the export trace.  People who plan a model they describe themselves (from a paper, a profile,
 another framework) give only what the planner reads: FLOPs (or nothing, with measured times from
 ``--costmodel table:FILE``), parameter and activation bytes, and the tensors between layers.
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 
 import networkx as nx
 
-from costmodel.graph import GraphError, Layer, ModelGraph
+from pipeplan.costmodel.graph import GraphError, Layer, ModelGraph
 
 __all__ = ["GraphBuilder"]
 

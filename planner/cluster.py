@@ -40,8 +40,8 @@ from pydantic import (
     model_validator,
 )
 
-from costmodel.hardware import ByteRate, Contention, Device
-from costmodel.units import parse_seconds
+from pipeplan.costmodel.hardware import ByteRate, Contention, Device
+from pipeplan.costmodel.units import parse_seconds
 
 __all__ = [
     "Cluster", "ClusterError", "ClusterSpec", "IslandSpec", "Link", "LinkSpec", "Topology",

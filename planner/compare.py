@@ -11,12 +11,12 @@ from pathlib import Path
 
 from rich.table import Table
 
-from costmodel.units import format_bytes, format_seconds
-from planner.baselines import BASELINES
-from planner.ilp import SolverOptions, solve
-from planner.plan import Plan
-from planner.problem import PlanError, Problem
-from planner.simulate import evaluate
+from pipeplan.costmodel.units import format_bytes, format_seconds
+from pipeplan.planner.baselines import BASELINES
+from pipeplan.planner.ilp import SolverOptions, solve
+from pipeplan.planner.plan import Plan
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import evaluate
 
 __all__ = ["Comparison", "compare", "comparison_table", "plot_comparison"]
 

@@ -1,11 +1,11 @@
 """Placement constraints a user puts on a plan: pins, keep-together groups, forbidden devices.
 
-:class:`planner.problem.PlanOptions` holds them as written (layer names or ``fnmatch`` globs,
+:class:`pipeplan.planner.problem.PlanOptions` holds them as written (layer names or ``fnmatch`` globs,
 device ids or device types); :func:`resolve` turns them, against one graph and one cluster, into a
 :class:`Placement`: for every layer the devices it may use, and the groups of layers that must
 share a device.  Every planner reads that one object: the simulator reports a plan that breaks it
 (:func:`Placement.violation`), the baselines' plans that break it are rejected, and the CP-SAT
-model fixes the variables it rules out (:mod:`planner.ilp_constraints`).
+model fixes the variables it rules out (:mod:`pipeplan.planner.ilp_constraints`).
 
 Two rules follow from what a plan is, and are applied here so that a conflict is found before any
 solve and named:
@@ -14,8 +14,8 @@ solve and named:
   with them (the group's *convex hull*);
 - layers pinned to one device must share it, so they form a group too, and its hull comes along.
 
->>> from planner.builder import GraphBuilder
->>> from planner.cluster import load_cluster
+>>> from pipeplan.planner.builder import GraphBuilder
+>>> from pipeplan.planner.cluster import load_cluster
 >>> b = GraphBuilder("chain")
 >>> for i in range(4):
 ...     b.layer(f"l{i}", inputs={f"l{i - 1}": 1} if i else {})
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import networkx as nx
 
 if TYPE_CHECKING:
-    from costmodel.graph import ModelGraph
-    from planner.cluster import Cluster
+    from pipeplan.costmodel.graph import ModelGraph
+    from pipeplan.planner.cluster import Cluster
 
 __all__ = ["Pin", "Placement", "PlacementError", "PlacementRules", "pins_of", "resolve"]
 

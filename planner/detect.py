@@ -3,7 +3,7 @@
 ``pipeplan cluster --detect --out here.yaml`` writes a spec that ``plan`` and ``run`` take as it is:
 
 - one device per GPU (``gpu0`` …), with the name and memory torch reports, its measured fp32 matmul
-  rate and copy bandwidth (:func:`costmodel.profile.measure_device`), and ``gpu: i`` so that the
+  rate and copy bandwidth (:func:`pipeplan.costmodel.profile.measure_device`), and ``gpu: i`` so that the
   executor runs that stage on that GPU;
 - one device per CPU core this process may use (``cpu0`` …, ``cores: [c]``), the first core
   measured and its figures given to all (they are one design), memory split evenly;
@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from costmodel.hardware import Device
-from planner.cluster import Cluster
+from pipeplan.costmodel.hardware import Device
+from pipeplan.planner.cluster import Cluster
 
 __all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth"]
 
@@ -127,7 +127,7 @@ def gpu_pair_link(a: GpuLink, b: GpuLink, index_b: int) -> dict[str, float]:
 
 
 def _measured(**kw: Any) -> Device:
-    from costmodel.profile import ProfileSettings, measure_device
+    from pipeplan.costmodel.profile import ProfileSettings, measure_device
 
     return measure_device(ProfileSettings(**kw))
 

@@ -4,8 +4,8 @@ A stage may keep some of its layers' weights (``Layer.param_bytes``, whole layer
 memory of another device of the cluster (a *lender*: in the pipeline or not) or of its own host
 (a slower tier, over the host link), and fetch them over that link each microbatch, as the layer
 runs.  :class:`HarvestOptions` says who may lend and what the host tier offers; the solve is
-:func:`planner.harvest_solve.solve_harvest`, the scoring :mod:`planner.harvest_score`, the CP-SAT
-terms :mod:`planner.harvest_model`; ``docs/planner.md`` ("Harvesting spare memory") has the rules.
+:func:`pipeplan.planner.harvest_solve.solve_harvest`, the scoring :mod:`pipeplan.planner.harvest_score`, the CP-SAT
+terms :mod:`pipeplan.planner.harvest_model`; ``docs/planner.md`` ("Harvesting spare memory") has the rules.
 
 A lender is named by its device id, or ``host:NAME`` for the memory of host NAME.
 
@@ -19,14 +19,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from costmodel.units import UnitError, parse_bytes, parse_rate, parse_seconds
-from planner.problem import PlanError
+from pipeplan.costmodel.units import UnitError, parse_bytes, parse_rate, parse_seconds
+from pipeplan.planner.problem import PlanError
 
 __all__ = ["DEFAULT_HOST_BANDWIDTH", "DEFAULT_HOST_LATENCY", "HOST_PREFIX", "STAGING_BUFFERS", "Channel",
            "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch", "host_lender"]
 
 # Host memory over PCIe: what a x16 Gen3 link sustains for large copies (the reload default of
-# planner.migration too); the cluster spec has no host-link field, so it is an option here.
+# pipeplan.planner.migration too); the cluster spec has no host-link field, so it is an option here.
 DEFAULT_HOST_BANDWIDTH = 12e9
 DEFAULT_HOST_LATENCY = 10e-6
 HOST_PREFIX = "host:"

@@ -1,8 +1,8 @@
 """Borrowed memory in the CP-SAT model: loans, channels, fetches and memory on both sides.
 
-On top of :func:`planner.ilp_constraints.build_constrained`, built on the problem with memory
-unconstrained (:meth:`planner.harvest_score.Lending.relaxed`, so the model's own memory row never
-binds), for the rules of :mod:`planner.harvest_score` (costs in ticks, :mod:`planner.ilp_ticks`):
+On top of :func:`pipeplan.planner.ilp_constraints.build_constrained`, built on the problem with memory
+unconstrained (:meth:`pipeplan.planner.harvest_score.Lending.relaxed`, so the model's own memory row never
+binds), for the rules of :mod:`pipeplan.planner.harvest_score` (costs in ticks, :mod:`pipeplan.planner.ilp_ticks`):
 
 - ``w[v,d,l]`` — layer v runs on device d and keeps its weights with lender l (a device other than
   d that may lend, or d's host): ``Σ_l w[v,d,l] ≤ x[v][d]``.  Only layers with weights get them.
@@ -29,10 +29,10 @@ from dataclasses import dataclass, replace
 
 from ortools.sat.python import cp_model
 
-from planner.harvest import STAGING_BUFFERS
-from planner.harvest_score import ChannelKey, Lending
-from planner.ilp_constraints import ConstrainedModel
-from planner.ilp_ticks import Ticks, resolution_for
+from pipeplan.planner.harvest import STAGING_BUFFERS
+from pipeplan.planner.harvest_score import ChannelKey, Lending
+from pipeplan.planner.ilp_constraints import ConstrainedModel
+from pipeplan.planner.ilp_ticks import Ticks, resolution_for
 
 __all__ = ["HarvestTerms", "add_harvest", "harvest_classes", "harvest_ticks"]
 
@@ -52,7 +52,7 @@ def _worst_fetch(lending: Lending) -> float:
 
 def harvest_ticks(lending: Lending) -> Ticks:
     """Ticks whose scale puts the largest stage time plus the largest fetch at about
-    :func:`planner.ilp_ticks.resolution_for` ticks, with the horizon raised by that fetch."""
+    :func:`pipeplan.planner.ilp_ticks.resolution_for` ticks, with the horizon raised by that fetch."""
     problem = lending.problem
     resolution = resolution_for(problem)
     base = Ticks.of(problem, resolution)

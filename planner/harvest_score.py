@@ -1,9 +1,9 @@
 """Score a plan that borrows memory, exactly in seconds: the simulator's stage times plus fetches.
 
-:class:`Lending` resolves :class:`planner.harvest.HarvestOptions` against a problem: who may lend
+:class:`Lending` resolves :class:`pipeplan.planner.harvest.HarvestOptions` against a problem: who may lend
 to whom, over which link, and the capacities left once ``reserved`` is taken off.  :func:`score`
-then takes an assignment (layer → device, as :func:`planner.simulate.evaluate` does) and the loans
-(layer → lender) and gives what the CP-SAT terms of :mod:`planner.harvest_model` count, in seconds:
+then takes an assignment (layer → device, as :func:`pipeplan.planner.simulate.evaluate` does) and the loans
+(layer → lender) and gives what the CP-SAT terms of :mod:`pipeplan.planner.harvest_model` count, in seconds:
 
 - a **channel** is the link a fetch crosses: lender device l → borrowing device d (the cluster's
   link between them), or a host's link, one per host, shared by every device of that host that
@@ -27,7 +27,7 @@ import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from planner.harvest import (
+from pipeplan.planner.harvest import (
     HOST_PREFIX,
     STAGING_BUFFERS,
     Channel,
@@ -37,9 +37,9 @@ from planner.harvest import (
     StageFetch,
     host_lender,
 )
-from planner.plan import Stage
-from planner.problem import PlanError, Problem
-from planner.simulate import Assignment, evaluate
+from pipeplan.planner.plan import Stage
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import Assignment, evaluate
 
 __all__ = ["HarvestScore", "Lending", "score"]
 

@@ -2,18 +2,18 @@
 
 :func:`solve_harvest` has three steps:
 
-1. **Memory relaxed**: :func:`planner.ilp.solve` on the problem with memory unconstrained
+1. **Memory relaxed**: :func:`pipeplan.planner.ilp.solve` on the problem with memory unconstrained
    (``_RELAXED_SHARE`` of the time limit).  Its ``best_bound`` is a valid bound for every plan that
    borrows: a borrowing plan's assignment is a plan of the relaxed problem, and its stage times are
    at least the relaxed ones (fetches only add).  The no-borrowing bound of the stage program is
    *not* (borrowing can beat it), which is why it is not used.  When the relaxed plan also fits
    without borrowing, it is optimal here too, and the solve stops.
-2. **CP-SAT** on the ILP's model with the terms of :mod:`planner.harvest_model`, from the best
+2. **CP-SAT** on the ILP's model with the terms of :mod:`pipeplan.planner.harvest_model`, from the best
    baseline that fits without borrowing as a complete hint (when one does).
 3. **Trim**: loans the plan does not need for memory are returned home, one by one, largest fetch
    first; that never raises a stage time (fetches only fall), so the bound still holds.
 
-The plan is scored by :func:`planner.harvest_score.score`, in seconds; its certificate means what
+The plan is scored by :func:`pipeplan.planner.harvest_score.score`, in seconds; its certificate means what
 the ILP's does (``docs/planner.md``): ``best_bound`` the larger of the relaxed bound and CP-SAT's
 (in ticks rounded down, so valid in seconds), OPTIMAL only within ``EXACT_TOLERANCE``.
 """
@@ -28,16 +28,16 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from planner.baselines import best_baseline
-from planner.harvest import Harvest, HarvestOptions
-from planner.harvest_model import add_harvest, harvest_classes, harvest_ticks
-from planner.harvest_score import Lending, score
-from planner.ilp import SolverOptions, _interchangeable, solve
-from planner.ilp_constraints import build_constrained, split_classes
-from planner.ilp_exact import EXACT_TOLERANCE, plan_devices
-from planner.plan import Certificate, Plan, SolverDetails, relative_gap
-from planner.problem import PlanError, Problem
-from planner.simulate import make_plan
+from pipeplan.planner.baselines import best_baseline
+from pipeplan.planner.harvest import Harvest, HarvestOptions
+from pipeplan.planner.harvest_model import add_harvest, harvest_classes, harvest_ticks
+from pipeplan.planner.harvest_score import Lending, score
+from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp_constraints import build_constrained, split_classes
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, plan_devices
+from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import make_plan
 
 __all__ = ["harvest_plan", "solve_harvest"]
 
@@ -48,7 +48,7 @@ _RELAXED_SHARE = 0.4  # of the time limit, at most, for the plan with memory unc
 
 def harvest_plan(lending: Lending, dev_of: list[int], home: list[int | None], certificate: Certificate,
                  order: list[str] | None = None, without: float | None = None) -> Plan:
-    """A :class:`Plan` of an assignment with loans, scored by :func:`planner.harvest_score.score`;
+    """A :class:`Plan` of an assignment with loans, scored by :func:`pipeplan.planner.harvest_score.score`;
     an invalid one raises :class:`PlanError` naming why."""
     found = score(lending, dev_of, home, order)
     if found.violation is not None:

@@ -2,35 +2,35 @@
 
 A solve has three steps; none changes what the optimum is:
 
-1. **Warm start**: the best baseline (:func:`planner.baselines.best_baseline`).
-2. **Stage program** (:mod:`planner.ilp_bound`): a dynamic program over the graph's ideals (the
+1. **Warm start**: the best baseline (:func:`pipeplan.planner.baselines.best_baseline`).
+2. **Stage program** (:mod:`pipeplan.planner.ilp_bound`): a dynamic program over the graph's ideals (the
    sets of layers on the first i stages of a plan) gives a lower bound on the bottleneck that no
    plan beats, and plans near it.  It runs in rounds (:func:`_rounds`), cheap ones first (plain
    link charges; then, where links differ between hosts, exact receipts from the host that holds
-   each tensor (:mod:`planner.ilp_held`), then link groups, then an assumed bottleneck), and
+   each tensor (:mod:`pipeplan.planner.ilp_held`), then link groups, then an assumed bottleneck), and
    stops as soon as the best plan known is within ``gap_limit`` of the bound (equal to it in
    ticks when the limit is 0): that plan is then proven, and returned without CP-SAT.  Each plan
    it finds narrows the candidate stages of the rounds after it.  It gets at most
    ``_PROGRAM_SHARE`` of the time limit; for the latency objective it only bounds the bottleneck
    and offers plans.
-3. **CP-SAT** on the model of :mod:`planner.ilp_model` (assignment booleans, a device permutation,
+3. **CP-SAT** on the model of :mod:`pipeplan.planner.ilp_model` (assignment booleans, a device permutation,
    crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
    known as a complete hint.
-4. **Tie-break** (:mod:`planner.ilp_exact`): among plans of the optimal bottleneck, the one with
+4. **Tie-break** (:mod:`pipeplan.planner.ilp_exact`): among plans of the optimal bottleneck, the one with
    the fewest devices, then the lowest latency.
 
-The user's constraints (pins, keep-together groups, forbidden devices; :mod:`planner.constraints`)
-and the per-edge transfer rule enter the CP-SAT model only (:mod:`planner.ilp_constraints`).  Steps
+The user's constraints (pins, keep-together groups, forbidden devices; :mod:`pipeplan.planner.constraints`)
+and the per-edge transfer rule enter the CP-SAT model only (:mod:`pipeplan.planner.ilp_constraints`).  Steps
 1 and 2 stay as they are: the stage program bounds the unconstrained problem, which is still a bound
 since constraints only remove plans, and a plan of theirs is used only if the simulator finds it
 valid, so the warm start, the hint and ``B ≤`` the best known are always those of a valid plan.
 
-Problems past ``planner.ilp_scale.SCALE_CELLS`` layers × devices (10,000 operators on 64 devices),
+Problems past ``pipeplan.planner.ilp_scale.SCALE_CELLS`` layers × devices (10,000 operators on 64 devices),
 with the throughput objective and no placement constraints, skip all four: a fill heuristic gives
-the plan and layer prices the bound (:mod:`planner.ilp_scale`), with the same kind of certificate.
+the plan and layer prices the bound (:mod:`pipeplan.planner.ilp_scale`), with the same kind of certificate.
 
 Seconds are scaled to integer ticks, about 2⁻³⁰ of the largest possible stage time, each term
-rounded down (:class:`planner.ilp_ticks.Ticks`), so every bound in ticks is a bound in seconds; the
+rounded down (:class:`pipeplan.planner.ilp_ticks.Ticks`), so every bound in ticks is a bound in seconds; the
 bound, the model and the scoring of warm starts share them.  Every solve reports status, objective,
 best bound and gap in seconds and time; OPTIMAL means optimal in seconds within
 ``EXACT_TOLERANCE`` (gap 0), anything else is FEASIBLE with its gap.
@@ -48,15 +48,15 @@ from typing import Any
 
 from ortools.sat.python import cp_model
 
-from planner.baselines import best_baseline
-from planner.ilp_bound import StageBound, StageProgram
-from planner.ilp_constraints import build_constrained, split_classes
-from planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
-from planner.ilp_scale import at_scale, solve_at_scale
-from planner.ilp_ticks import Ticks
-from planner.plan import Certificate, Plan, SolverDetails, relative_gap
-from planner.problem import PlanError, Problem
-from planner.simulate import evaluate, make_plan
+from pipeplan.planner.baselines import best_baseline
+from pipeplan.planner.ilp_bound import StageBound, StageProgram
+from pipeplan.planner.ilp_constraints import build_constrained, split_classes
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
+from pipeplan.planner.ilp_scale import at_scale, solve_at_scale
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import evaluate, make_plan
 
 __all__ = ["SolverOptions", "solve"]
 
@@ -73,7 +73,7 @@ class SolverOptions:
     seed: int = 0
     gap_limit: float = 0.0  # stop when (objective − bound) / objective ≤ this
     warm_start: bool = True  # start from the best baseline (the stage program's plan is always used)
-    tie_break: bool = True  # among optimal plans, prefer fewer devices, then lower latency (planner.ilp_exact)
+    tie_break: bool = True  # among optimal plans, prefer fewer devices, then lower latency (pipeplan.planner.ilp_exact)
 
 
 def _interchangeable(problem: Problem) -> list[list[int]]:
@@ -103,7 +103,7 @@ def _rounds(refine: bool, throughput: bool,
     result when the next run is due.
 
     With links that differ between groups of devices (``refine``), the exact receipts of
-    :mod:`planner.ilp_held` come right after the plain runs.  They take only the stages whose
+    :mod:`pipeplan.planner.ilp_held` come right after the plain runs.  They take only the stages whose
     compute and receipts cost at most θ, a little above the bound (few expanded stages do), and
     raise θ while every chain of them costs more than θ, up to the best plan known: the bound is
     then only θ + 1.  A chain that costs at most θ gives the bound, and a larger θ cannot raise it
@@ -229,7 +229,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
 
     def finish(plan: Plan, bound: float, source: str | None) -> Plan:
         """``plan`` with the certificate of this solve in seconds, after the tie-break
-        (:mod:`planner.ilp_exact`); ``source``: where a plan CP-SAT did not find came from."""
+        (:mod:`pipeplan.planner.ilp_exact`); ``source``: where a plan CP-SAT did not find came from."""
         info = SolverDetails(**details, solution=source or "cp-sat")
         bound = max(bound, problem.objective_lower_bound(), lower / costs.scale if throughput else 0.0)
         settings = Settings(0.0, info.workers, opts.seed)
@@ -283,7 +283,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
                         f"breaks a device's memory capacity (or max_devices){rules}; add devices or memory, "
                         "lower the microbatches in flight, or relax the constraints")
     solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (planner.ilp_ticks).
+    # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (pipeplan.planner.ilp_ticks).
     bound = solver.best_objective_bound / costs.scale if solved else 0.0
     plan: Plan | None = None
     if solved:

@@ -1,13 +1,13 @@
 """A lower bound on the bottleneck, and plans near it: a dynamic program over chains of ideals.
 
 Any plan, read in pipeline order, is a chain of ideals ∅ = S_0 ⊂ … ⊂ S_m = V, stage i holding
-S_i \\ S_(i−1) on a device of its own (:mod:`planner.ilp_ideals`).  The program walks every such
+S_i \\ S_(i−1) on a device of its own (:mod:`pipeplan.planner.ilp_ideals`).  The program walks every such
 chain, stage by stage, in a state that holds the devices used so far per class of interchangeable
 devices (same speed column, capacity and links) and, when ``refined``, the link group of the stage
 just before, the group promised to the next stage, the set of groups the stages still to come will
 use (a stage's sends can only go there, so a plan that leaves a host for good pays the slow link for
 every later send) and the group holding the broadcast layer with the number of stages still to
-receive it.  It charges each stage as :mod:`planner.ilp_charges`
+receive it.  It charges each stage as :mod:`pipeplan.planner.ilp_charges`
 says: at most what the CP-SAT model charges that stage in any plan that fits the state.
 
 Why the value bounds the model's optimum from below: take an optimal plan; its chain is one the
@@ -21,7 +21,7 @@ value is ``upper``.
 value (layers with no edges aside): an upper bound, often meeting the lower one.  ``spread``
 assumes a bottleneck at most θ and so bounds only such plans: the bound is ``min(value, θ + 1)``.
 ``held`` θ walks the ideals expanded by the group that holds each tensor in flight
-(:mod:`planner.ilp_held`), over the stages that cost at most θ: every receipt pays its real link,
+(:mod:`pipeplan.planner.ilp_held`), over the stages that cost at most θ: every receipt pays its real link,
 and the bound is again ``min(value, θ + 1)``.
 
 The recursion over pairs of ideals is that of Tarnawski et al., "Efficient algorithms for device
@@ -37,13 +37,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.ilp_charges import INF as _INF
-from planner.ilp_charges import Charges, Key
-from planner.ilp_held import HeldStages, HeldTables, held_tables
-from planner.ilp_ideals import ClassStages, Stages, candidate_stages
-from planner.ilp_prices import Prices
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.ilp_charges import INF as _INF
+from pipeplan.planner.ilp_charges import Charges, Key
+from pipeplan.planner.ilp_held import HeldStages, HeldTables, held_tables
+from pipeplan.planner.ilp_ideals import ClassStages, Stages, candidate_stages
+from pipeplan.planner.ilp_prices import Prices
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
 
@@ -91,7 +91,7 @@ class StageProgram:
            deadline: float | None = None, use_windows: bool = True) -> StageProgram | None:
         """The program over the candidate stages under ``upper`` (a known plan's bottleneck in
         ticks; None: no limit), without those the price windows rule out unless ``use_windows``
-        is False (they change no value or chain: :mod:`planner.ilp_prices`)."""
+        is False (they change no value or chain: :mod:`pipeplan.planner.ilp_prices`)."""
         if math.prod(len(c) + 1 for c in classes) * (len(classes) + 1) ** 2 > MAX_STATES:
             return None
         if upper is None and use_windows:
@@ -104,7 +104,7 @@ class StageProgram:
     def _near_prices(cls, problem: Problem, costs: Ticks, classes: list[list[int]],
                      deadline: float | None) -> StageProgram | None:
         """With no plan known, the program under the least limit, 1%, 2%, 4%, … above the price
-        bound (:mod:`planner.ilp_prices`), at which its pessimistic run finds a plan: the windows
+        bound (:mod:`pipeplan.planner.ilp_prices`), at which its pessimistic run finds a plan: the windows
         then keep few stages, where no limit would keep them all (2.9 million on Llama-2 7B).
         Values stay bounds: a limit only makes stages above it impossible (the value is then at
         most the limit, and no plan is below it)."""
@@ -128,7 +128,7 @@ class StageProgram:
     def tighten(self, upper: int) -> None:
         """Drop the stages that compute more than ``upper``, a known plan's bottleneck, and charge
         any stage above it as impossible: later rounds run faster, and the expanded stages of
-        :mod:`planner.ilp_held` are fewer.  Bounds stay valid: a plan that beats ``upper`` has no
+        :mod:`pipeplan.planner.ilp_held` are fewer.  Bounds stay valid: a plan that beats ``upper`` has no
         such stage."""
         if upper < self.limit:
             self.stages = self.stages.narrow(upper)
@@ -216,7 +216,7 @@ class StageProgram:
         charged as if it went between neighbouring stages, over their link.
 
         ``held`` θ (with ``refined``): only the stages that cost at most θ, each knowing which group
-        holds each tensor it receives (:mod:`planner.ilp_held`), so that receipts are charged
+        holds each tensor it receives (:mod:`pipeplan.planner.ilp_held`), so that receipts are charged
         exactly; the stage before and the broadcast layer are not tracked.  As with a spread, the
         value V bounds only plans whose bottleneck is at most θ: the bound is ``min(V, θ + 1)``.
 

@@ -1,4 +1,4 @@
-"""What the stage program of :mod:`planner.ilp_bound` charges a stage, in the model's ticks.
+"""What the stage program of :mod:`pipeplan.planner.ilp_bound` charges a stage, in the model's ticks.
 
 A stage T \\ S on a device of class c, entered from a known state of the chain (the device classes
 used so far, the link group of the stage before and the group promised to the next one, where the
@@ -35,9 +35,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from planner.ilp_ideals import ClassStages, Stages
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.ilp_ideals import ClassStages, Stages
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["INF", "Charges", "Key"]
 

@@ -1,7 +1,7 @@
-"""The user's constraints and the per-edge transfer rule in the CP-SAT model of :mod:`planner.ilp_model`.
+"""The user's constraints and the per-edge transfer rule in the CP-SAT model of :mod:`pipeplan.planner.ilp_model`.
 
 :func:`build_constrained` builds that model and adds, from the problem's resolved
-:class:`planner.constraints.Placement`:
+:class:`pipeplan.planner.constraints.Placement`:
 
 - ``x[v][d] = 0`` for every device a pin or ``forbid_devices`` rules out for layer v;
 - ``x[w][d] = x[r][d]`` for every member w of a group that must share a device (keep-together
@@ -27,17 +27,17 @@ from dataclasses import dataclass, field, fields
 
 from ortools.sat.python import cp_model
 
-from planner.constraints import Placement
-from planner.ilp_model import Model, _link_groups, build_model, edge_crossings
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.constraints import Placement
+from pipeplan.planner.ilp_model import Model, _link_groups, build_model, edge_crossings
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["ConstrainedModel", "build_constrained", "split_classes"]
 
 
 @dataclass
 class ConstrainedModel(Model):
-    """A :class:`planner.ilp_model.Model` with the per-edge crossings its hint must also set."""
+    """A :class:`pipeplan.planner.ilp_model.Model` with the per-edge crossings its hint must also set."""
 
     # (y, u, v, senders, receivers): 1 when u is on a sender and its consumer v on a receiver
     edge_crossings: list[tuple[cp_model.IntVar, int, int, frozenset[int], frozenset[int]]] = field(
@@ -71,7 +71,7 @@ def split_classes(classes: list[list[int]], placement: Placement) -> list[list[i
 
 def build_constrained(problem: Problem, costs: Ticks, classes: list[list[int]], lower: int = 0,
                       upper: int | None = None, count_used: bool = False) -> ConstrainedModel:
-    """:func:`planner.ilp_model.build_model` (``classes`` from :func:`split_classes`) with the
+    """:func:`pipeplan.planner.ilp_model.build_model` (``classes`` from :func:`split_classes`) with the
     placement constraints and the per-edge transfer rule added."""
     base = build_model(problem, costs, classes, lower, upper, count_used=count_used)
     built = ConstrainedModel(**{f.name: getattr(base, f.name) for f in fields(Model)})

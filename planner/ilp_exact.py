@@ -1,8 +1,8 @@
 """Certificates exact in seconds, and the tie-break among plans of equal bottleneck.
 
-The search of :mod:`planner.ilp` works in integer ticks, each cost term rounded down to a tick of
-about 2⁻³⁰ of the largest stage time (:mod:`planner.ilp_ticks`).  Its bounds are therefore valid in
-seconds, and :func:`planner.ilp.solve` reports the gap in seconds: the plan's bottleneck (or latency)
+The search of :mod:`pipeplan.planner.ilp` works in integer ticks, each cost term rounded down to a tick of
+about 2⁻³⁰ of the largest stage time (:mod:`pipeplan.planner.ilp_ticks`).  Its bounds are therefore valid in
+seconds, and :func:`pipeplan.planner.ilp.solve` reports the gap in seconds: the plan's bottleneck (or latency)
 as the simulator scores it against the best bound.  A plan is ``OPTIMAL`` only when that gap is at
 most ``EXACT_TOLERANCE`` (10⁻⁵ relative: no valid plan is faster by more than that; the reported gap
 is then 0, and ``best_bound`` keeps the exact residual), else ``FEASIBLE`` with its gap, even where
@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from planner.ilp_constraints import build_constrained
-from planner.ilp_ticks import Ticks
-from planner.plan import Certificate, Plan
-from planner.problem import Problem
-from planner.simulate import make_plan
+from pipeplan.planner.ilp_constraints import build_constrained
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.plan import Certificate, Plan
+from pipeplan.planner.problem import Problem
+from pipeplan.planner.simulate import make_plan
 
 __all__ = ["EXACT_TOLERANCE", "Settings", "pass_limit", "plan_devices", "tie_break"]
 
@@ -68,9 +68,9 @@ def _solver(settings: Settings) -> cp_model.CpSolver:
 def tie_break(problem: Problem, plan: Plan, classes: list[list[int]], settings: Settings) -> tuple[Plan, str]:
     """Among the plans whose bottleneck is no worse than ``plan``'s and that keep the problem's
     constraints, one with the fewest devices, then the lowest latency (found within the time
-    limit), and what happened; ``classes`` as split by :func:`planner.ilp_constraints.split_classes`."""
+    limit), and what happened; ``classes`` as split by :func:`pipeplan.planner.ilp_constraints.split_classes`."""
     started = time.perf_counter()
-    fine = Ticks.of(problem)  # the resolution leaves room for BIG (planner.ilp_ticks)
+    fine = Ticks.of(problem)  # the resolution leaves room for BIG (pipeplan.planner.ilp_ticks)
     k, m = problem.n_devices, problem.options.microbatches
     built = build_constrained(problem, fine, classes, upper=fine.ceiling(plan.bottleneck), count_used=True)
     assert built.used is not None

@@ -1,7 +1,7 @@
-"""Which candidate stages fit a device's memory as the CP-SAT model counts it (for :mod:`planner.ilp_ideals`).
+"""Which candidate stages fit a device's memory as the CP-SAT model counts it (for :mod:`pipeplan.planner.ilp_ideals`).
 
 A stage's memory is its parameters, its kept activations and its largest workspace
-(:class:`planner.problem.Problem`).  The first two add up over the ideals; the largest workspace
+(:class:`pipeplan.planner.problem.Problem`).  The first two add up over the ideals; the largest workspace
 does not, and the stage program used to leave it out, which kept its bounds valid but let its
 chains break memory where it is tight (a 70B decoder over 15 GiB devices), so they never proved a
 plan.  It is now counted exactly, found row by row only where it decides.

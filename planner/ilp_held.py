@@ -1,6 +1,6 @@
 """Candidate stages that know where each tensor they receive is held, for exact receipts.
 
-The stage program of :mod:`planner.ilp_bound` walks chains of ideals without knowing which earlier
+The stage program of :mod:`pipeplan.planner.ilp_bound` walks chains of ideals without knowing which earlier
 stage computed a tensor that a stage receives, so it charges the cheapest link from any group of
 devices used before.  On branchy graphs spread over two hosts that is far too cheap: a plan that
 keeps hopping between the hosts is charged as if every tensor came over NVLink.
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.ilp_charges import INF, Charges
-from planner.ilp_ideals import ClassStages, Stages
-from planner.problem import Problem
+from pipeplan.planner.ilp_charges import INF, Charges
+from pipeplan.planner.ilp_ideals import ClassStages, Stages
+from pipeplan.planner.problem import Problem
 
 __all__ = ["MAX_HELD", "MAX_HELD_IDEALS", "HeldStages", "HeldTables", "held_tables"]
 

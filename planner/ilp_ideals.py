@@ -1,4 +1,4 @@
-"""The ideals of a layer graph and the candidate pipeline stages between them (for :mod:`planner.ilp_bound`).
+"""The ideals of a layer graph and the candidate pipeline stages between them (for :mod:`pipeplan.planner.ilp_bound`).
 
 An *ideal* is a predecessor-closed set of layers.  The layers on the first i stages of any plan form
 one, so a plan is a chain of ideals ∅ = S_0 ⊂ … ⊂ S_m = V, stage i holding S_i \\ S_(i−1).  This
@@ -16,7 +16,7 @@ Layers with no edges at all are left out: they can join any stage, and only add 
 
 Only the stages that may matter are kept: those that compute at most the limit (a known plan's
 bottleneck) on some class of devices and fit its memory with their largest workspace, and, given
-a limit, those whose two ends lie in the price windows of :mod:`planner.ilp_prices` (no plan under
+a limit, those whose two ends lie in the price windows of :mod:`pipeplan.planner.ilp_prices` (no plan under
 the limit has a boundary elsewhere).  Near the optimum the windows cut the pairs from quadratic in
 I to a few per ideal (2.9 million to 1,859 on Llama-2 7B over 2 A100 + 2 T4).
 
@@ -33,10 +33,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from planner.ilp_fit import fitting
-from planner.ilp_prices import Prices
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.ilp_fit import fitting
+from pipeplan.planner.ilp_prices import Prices
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["MAX_CELLS", "MAX_IDEALS", "MAX_PAIRS", "ClassStages", "Stages", "candidate_stages"]
 
@@ -117,7 +117,7 @@ class Stages:
     # holds every layer between them, so it computes at least span[a][b].
     chains: dict[int, tuple[list[int], np.ndarray]]
     frontier: tuple[np.ndarray, np.ndarray]  # (ideal, layer) pairs: the layer is in the ideal and read outside
-    # Each ideal's price and the layer prices (planner.ilp_prices): the windows that drop the
+    # Each ideal's price and the layer prices (pipeplan.planner.ilp_prices): the windows that drop the
     # stages no plan under a limit can use; None when there are no windows to draw.
     price: np.ndarray | None = None
     prices: Prices | None = None
@@ -147,7 +147,7 @@ class Stages:
 
     def narrow(self, limit: int) -> Stages:
         """The same stages without those that compute more than ``limit`` ticks or that no plan of
-        bottleneck at most ``limit`` can use (:meth:`planner.ilp_prices.Windows.admits`)."""
+        bottleneck at most ``limit`` can use (:meth:`pipeplan.planner.ilp_prices.Windows.admits`)."""
         windows = None
         if self.price is not None and self.prices is not None:
             windows = self.prices.windows(float(self.price[-1]), limit)
@@ -211,7 +211,7 @@ def candidate_stages(problem: Problem, costs: Ticks, classes: list[list[int]], l
     """Ideals and the stages between them that may cost at most ``limit`` ticks on some class (by
     their compute and their cheapest communication), whose memory (parameters, kept activations
     and largest workspace) fits that class's and, with ``use_windows``, that some plan of bottleneck at
-    most ``limit`` can use (:mod:`planner.ilp_prices`: ``prices``, computed when None); None when
+    most ``limit`` can use (:mod:`pipeplan.planner.ilp_prices`: ``prices``, computed when None); None when
     there are too many, or ``time.perf_counter()`` passes ``deadline``."""
     n = problem.n_layers
     has_pred = [False] * n
@@ -245,7 +245,7 @@ def candidate_stages(problem: Problem, costs: Ticks, classes: list[list[int]], l
     workspace = np.asarray(problem.workspace, dtype=np.int64)
     top = np.zeros(n_ideals, dtype=np.int64)  # the largest workspace in the ideal
     prices = prices or Prices.of(problem, costs, classes)
-    price = np.zeros(n_ideals)  # planner.ilp_prices: the windows of boundaries under the limit
+    price = np.zeros(n_ideals)  # pipeplan.planner.ilp_prices: the windows of boundaries under the limit
     size = np.zeros(n_ideals, dtype=np.int64)
     for i in range(1, n_ideals):
         size[i] = size[parent[i]] + 1
@@ -275,7 +275,7 @@ def candidate_stages(problem: Problem, costs: Ticks, classes: list[list[int]], l
                                                                            strict=True)], dtype=bool)
 
     # -- candidate stages: S ⊂ T with T \ S cheap enough on the cheapest class, and, with a limit,
-    # both ends in the price windows of some state (planner.ilp_prices) ------------------------------
+    # both ends in the price windows of some state (pipeplan.planner.ilp_prices) ------------------------------
     windows = prices.windows(float(price[-1]), limit) if use_windows else None
     if windows is not None and n_ideals * windows.moves > MAX_CELLS:
         windows = None  # its (ideal × move) tables would outgrow the membership table

@@ -1,6 +1,6 @@
-"""The CP-SAT model of pipeline partitioning, and a complete hint for it (see :mod:`planner.ilp`).
+"""The CP-SAT model of pipeline partitioning, and a complete hint for it (see :mod:`pipeplan.planner.ilp`).
 
-Variables (n layers, K devices; costs in ticks, :class:`planner.ilp_ticks.Ticks`):
+Variables (n layers, K devices; costs in ticks, :class:`pipeplan.planner.ilp_ticks.Ticks`):
 
 - ``x[v][d]`` — layer v runs on device d; each layer on exactly one device.
 - ``pos[d]`` — device d's place in the pipeline, all different; ``P[v] = pos[d]`` when ``x[v,d]``.
@@ -23,7 +23,7 @@ Variables (n layers, K devices; costs in ticks, :class:`planner.ilp_ticks.Ticks`
 - ``B ≥ T[d]``: the bottleneck.
 
 Redundant constraints, each implied by the others and so leaving the optimum alone:
-``B ≥ lower`` for a proven lower bound (:mod:`planner.ilp_bound`), ``B ≥ max_v min_d time``, and
+``B ≥ lower`` for a proven lower bound (:mod:`pipeplan.planner.ilp_bound`), ``B ≥ max_v min_d time``, and
 ``m·B ≥ Σ_d compute`` for m usable devices.  Devices that are interchangeable (same speed column,
 capacity and links) keep a fixed relative order (``pos[a] < pos[b]``): swapping two of them in any
 plan gives a plan of the same cost, so one of each set of mirror images survives.
@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 from ortools.sat.python import cp_model
 
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["EdgeCrossing", "Model", "build_model", "edge_crossings"]
 

@@ -1,5 +1,5 @@
 """Layer prices: a lower bound on the bottleneck from compute and memory alone, and the windows it
-gives the stage boundaries of any plan that beats a known one (for :mod:`planner.ilp_ideals`).
+gives the stage boundaries of any plan that beats a known one (for :mod:`pipeplan.planner.ilp_ideals`).
 
 Give each class c of devices weights μ_c, ν_c ≥ 0 and each layer the *price*
 p_v = min_c (μ_c·t_vc + ν_c·m_v), t_vc its compute in ticks on class c and m_v its parameters and
@@ -17,7 +17,7 @@ is at most L (every stage time is at least its compute, in either communication 
   prices (:meth:`Prices.windows`), and a candidate stage S → T on class c can be in such a plan
   only if, for some σ, S lies in σ's window and T in the window of σ plus one class-c device, and
   P(T) − P(S) ≤ κ_c(L).  Near the optimum the windows are narrow.  The stage program
-  (:mod:`planner.ilp_bound`) only ever walks chains whose stages all compute at most its limit L
+  (:mod:`pipeplan.planner.ilp_bound`) only ever walks chains whose stages all compute at most its limit L
   and fit in memory: dropping the other candidate stages changes none of its values or chains,
   and takes most of them away (2.9 million of 2.9 million on Llama-2 7B over 2 A100 + 2 T4).
 
@@ -39,8 +39,8 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.linear_solver import pywraplp
 
-from planner.ilp_ticks import Ticks
-from planner.problem import Problem
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import Problem
 
 __all__ = ["MAX_WINDOW_STATES", "Prices", "Windows"]
 

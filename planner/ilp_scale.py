@@ -1,12 +1,12 @@
 """Plans and certificates for problems beyond the stage program and CP-SAT (10,000 operators on 64
-devices): a fill heuristic for the plan, layer prices for the bound (for :func:`planner.ilp.solve`).
+devices): a fill heuristic for the plan, layer prices for the bound (for :func:`pipeplan.planner.ilp.solve`).
 
 At that size neither exact method can start: the stage program's states count the devices used per
 class of interchangeable devices (9⁸ for 8 hosts of 8), the CP-SAT model has a boolean per layer and
 device (640,000) before any crossing, and the chain-DP baseline's tables are n² per device.  What
 scales:
 
-- **Bound**: the layer prices of :mod:`planner.ilp_prices` over the devices grouped by speed column
+- **Bound**: the layer prices of :mod:`pipeplan.planner.ilp_prices` over the devices grouped by speed column
   and capacity (links play no part in it): no plan's bottleneck is below the least limit under which
   the devices cover every layer's price.  One small linear program (repeated blocks share rows).
 - **Plan**: a fill of the devices in cluster order (a host's devices are listed together, so most
@@ -20,7 +20,7 @@ scales:
   places every layer; the better plan as the simulator scores it (communication included) is kept.
   O(n log n) per fill, about 2 × 16 fills.
 
-The certificate is exact as documented (:mod:`planner.plan`): the bound is valid in seconds (every
+The certificate is exact as documented (:mod:`pipeplan.planner.plan`): the bound is valid in seconds (every
 time is rounded down to integer ticks before pricing), the gap is the simulator's bottleneck over
 it, and the status is OPTIMAL only when the gap is within ``EXACT_TOLERANCE``.  What it does not
 see: operator granularity and communication.  On the 10,103-operator mixture-of-experts decoder of
@@ -40,11 +40,11 @@ import time
 
 import numpy as np
 
-from planner.ilp_exact import EXACT_TOLERANCE
-from planner.ilp_prices import Prices
-from planner.plan import Certificate, Plan, SolverDetails, relative_gap
-from planner.problem import PlanError, Problem
-from planner.simulate import make_plan
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE
+from pipeplan.planner.ilp_prices import Prices
+from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.simulate import make_plan
 
 __all__ = ["SCALE_CELLS", "at_scale", "solve_at_scale"]
 
@@ -52,7 +52,7 @@ log = logging.getLogger(__name__)
 
 SCALE_CELLS = 100_000  # layers × devices from which a problem takes this path
 _RESOLUTION = 2.0**40  # ticks across the total compute of the slowest device: far below any gap shown
-_SHRINK = 1.0 - 2.0**-50  # rounding down stays down in floating point (as planner.ilp_ticks does)
+_SHRINK = 1.0 - 2.0**-50  # rounding down stays down in floating point (as pipeplan.planner.ilp_ticks does)
 _STEPS = 14  # bisection steps: the bottleneck within 2⁻¹⁴ of the interval
 
 
@@ -174,8 +174,8 @@ def solve_at_scale(problem: Problem, time_limit: float) -> Plan:
     bound = min(bound, objective)  # only float noise could put it above a plan
     gap = relative_gap(objective, bound)
     optimal = gap <= EXACT_TOLERANCE
-    info = SolverDetails(tick_seconds=1.0 / scale, solution="fill (planner.ilp_scale)",
-                         solver_status="not run: too large for CP-SAT (planner.ilp_scale)",
+    info = SolverDetails(tick_seconds=1.0 / scale, solution="fill (pipeplan.planner.ilp_scale)",
+                         solver_status="not run: too large for CP-SAT (pipeplan.planner.ilp_scale)",
                          stage_bound=None, workers=1, time_limit=time_limit)
     info.passes.append(f"price bound {bound:.6g} s in {priced - started:.2f}s; "
                        f"fill {plan.bottleneck:.6g} s in {time.perf_counter() - priced:.2f}s")

@@ -3,7 +3,7 @@
 CP-SAT takes integer coefficients only, so every layer time and every transfer is scaled to ticks,
 about 2⁻³⁰ (9.3·10⁻¹⁰) of the largest possible stage time (:func:`resolution_for`), and rounded
 *down* on its own.  The
-model, the stage dynamic program of :mod:`planner.ilp_bound` and the scoring of warm starts all read
+model, the stage dynamic program of :mod:`pipeplan.planner.ilp_bound` and the scoring of warm starts all read
 these tables, so a plan costs exactly the same number of ticks in each of them.
 
 Why down: every plan then costs at most its seconds in ticks (a sum or max of terms each rounded
@@ -13,10 +13,10 @@ plan by up to half a tick per term.  Why finer than the old 10⁻⁷: ticks tie 
 differ by less than a tick per term; at 10⁻⁷ two heavy layers and m tiny ones worth under half a
 tick each were "proven" optimal while a balanced plan was faster by ~m/4 ticks.  Why not finer than
 2⁻³⁰: at 2⁻³⁶ and above CP-SAT (9.15) reported OPTIMAL for a wrong objective on small random models
-(tests/test_ilp_bound.py::test_crossings_grouped_by_link_keep_the_optimum, 3 layers, 4 devices,
+(tests/planner/test_ilp_bound.py::test_crossings_grouped_by_link_keep_the_optimum, 3 layers, 4 devices,
 max_devices=1), its presolve or cuts losing exactness with coefficients near 2⁴⁰.  What the ticks
 can still hide is at most one tick per term of the bottleneck stage, which the certificate's gap in
-seconds shows (:data:`planner.ilp_exact.EXACT_TOLERANCE`).
+seconds shows (:data:`pipeplan.planner.ilp_exact.EXACT_TOLERANCE`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.problem import Problem
+from pipeplan.planner.problem import Problem
 
 __all__ = ["RESOLUTION", "Ticks", "resolution_for"]
 
@@ -40,7 +40,7 @@ _SHRINK = 1.0 - 2.0**-50
 def resolution_for(problem: Problem) -> float:
     """``RESOLUTION``, or less where the most the model's objectives can sum to would pass 2⁶¹: the
     latency and tie-break objectives weigh up to (K + M) stage times of up to 3 horizons each, and
-    the tie-break's device count comes on top of that (:mod:`planner.ilp_exact`)."""
+    the tie-break's device count comes on top of that (:mod:`pipeplan.planner.ilp_exact`)."""
     k, m = problem.n_devices, problem.options.microbatches
     return min(RESOLUTION, 2.0**61 / (6 * (k + 1) * (k + m + 1)))
 

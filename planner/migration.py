@@ -32,8 +32,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple
 
-from costmodel.units import UnitError, parse_rate, parse_seconds
-from planner.problem import PlanError, Problem
+from pipeplan.costmodel.units import UnitError, parse_rate, parse_seconds
+from pipeplan.planner.problem import PlanError, Problem
 
 __all__ = ["DEFAULT_RELOAD", "EVERY_DEVICE", "STORAGE", "Alternative", "Channel", "Decision", "Horizon",
            "Migration", "MigrationCost", "Move", "Reload", "Route"]

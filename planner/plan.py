@@ -7,13 +7,13 @@ digest is the SHA-256 of that model file, so that ``pipeplan run`` re-predicts w
 model or says why it cannot.  Version 3 moved how the ILP ran out of the certificate's free-form
 ``details`` into a typed ``certificate.solver`` (:class:`SolverDetails`, documented in
 ``docs/planner.md``).  Version 1 and 2 plans still load (no digest; the ILP's keys are read back
-from ``details``).  A re-planned plan (:func:`planner.replan.replan`) also carries ``migration``
-(:class:`planner.migration.Migration`: what moves from the current plan, and why); the key is
+from ``details``).  A re-planned plan (:func:`pipeplan.planner.replan.replan`) also carries ``migration``
+(:class:`pipeplan.planner.migration.Migration`: what moves from the current plan, and why); the key is
 optional, so plans without it, and readers that ignore it, need no new version.  A plan that may
-borrow memory (:func:`planner.harvest_solve.solve_harvest`) carries ``harvest`` the same way
-(:class:`planner.harvest.Harvest`: the loans, the channels, the memory map per device).
+borrow memory (:func:`pipeplan.planner.harvest_solve.solve_harvest`) carries ``harvest`` the same way
+(:class:`pipeplan.planner.harvest.Harvest`: the loans, the channels, the memory map per device).
 
-Every planner builds its plan through :func:`planner.simulate.make_plan` so all plans are scored by
+Every planner builds its plan through :func:`pipeplan.planner.simulate.make_plan` so all plans are scored by
 the same rules.
 """
 
@@ -24,12 +24,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from planner.harvest import Harvest
-from planner.migration import Migration
-from planner.problem import PlanError, PlanOptions
+from pipeplan.planner.harvest import Harvest
+from pipeplan.planner.migration import Migration
+from pipeplan.planner.problem import PlanError, PlanOptions
 
 if TYPE_CHECKING:
-    from costmodel.graph import ModelGraph
+    from pipeplan.costmodel.graph import ModelGraph
 
 __all__ = ["PLAN_FORMAT", "PLAN_VERSION", "Certificate", "Plan", "SolverDetails", "Stage", "relative_gap",
            "source_of"]
@@ -47,7 +47,7 @@ _SOURCE_META = ("zoo", "factory", "seed", "seq_len", "image_size", "dtype")
 def source_of(graph: ModelGraph) -> dict[str, Any]:
     """The capture parameters a plan records so that the executor can rebuild the same module.
 
-    >>> from costmodel.graph import ModelGraph
+    >>> from pipeplan.costmodel.graph import ModelGraph
     >>> source_of(ModelGraph("mlp", batch_size=8, meta={"zoo": "mlp", "seed": 0, "seq_len": None}))
     {'model': 'mlp', 'batch_size': 8, 'granularity': 'leaf', 'zoo': 'mlp', 'seed': 0}
     """
@@ -64,11 +64,11 @@ def relative_gap(objective: float, bound: float) -> float:
 
 @dataclass
 class SolverDetails:
-    """How the ILP (:func:`planner.ilp.solve`) ran: what its certificate's numbers rest on."""
+    """How the ILP (:func:`pipeplan.planner.ilp.solve`) ran: what its certificate's numbers rest on."""
 
     tick_seconds: float  # seconds per integer tick of the search (every cost term rounded down to ticks)
     solution: str  # where the plan came from: "cp-sat", "stage program", "warm start (BASELINE)", and
-    # "; exact pass" / "; tie-break" when planner.ilp_exact replaced it
+    # "; exact pass" / "; tie-break" when pipeplan.planner.ilp_exact replaced it
     solver_status: str  # CP-SAT's status name, or "not run: …" when the stage program proved the plan
     stage_bound: float | None = None  # seconds: the stage program's bound; None when it did not run
     workers: int = 1  # CP-SAT threads
@@ -80,7 +80,7 @@ class SolverDetails:
     variables: int | None = None  # of the CP-SAT model; None when CP-SAT did not run
     constraints: int | None = None
     cp_sat_seconds: float | None = None  # CP-SAT's wall time in the main search
-    passes: list[str] = field(default_factory=list)  # planner.ilp_exact's passes, each with its outcome
+    passes: list[str] = field(default_factory=list)  # pipeplan.planner.ilp_exact's passes, each with its outcome
 
     _LEGACY = ("tick_seconds", "solution", "solver_status", "stage_bound", "workers", "seed", "time_limit",
                "warm_start", "ideals", "stage_pairs", "variables", "constraints", "cp_sat_seconds")
@@ -101,7 +101,7 @@ class Certificate:
     """How a plan was found and how good it is known to be.
 
     ``status`` is ``OPTIMAL`` (no valid plan is better in seconds, under the problem's cost model,
-    by more than ``planner.ilp_exact.EXACT_TOLERANCE`` = 10⁻⁵ relative; ``gap`` is then 0),
+    by more than ``pipeplan.planner.ilp_exact.EXACT_TOLERANCE`` = 10⁻⁵ relative; ``gap`` is then 0),
     ``FEASIBLE`` (a valid plan, ``gap`` says how far from the bound it may be) or, for a heuristic,
     ``HEURISTIC``; an exact algorithm reports ``OPTIMAL``.  ``objective`` and ``best_bound`` are
     seconds, and ``best_bound`` never exceeds the objective of any valid plan; ``gap`` is
@@ -164,9 +164,9 @@ class Plan:
     # "sha256:…" of the cost-model file ``costmodel`` named when the plan was made; None for the
     # analytic model (no file) and in version-1 plans.
     costmodel_digest: str | None = None
-    # What re-planning moves from the current plan (planner.replan); None for a plan made from scratch.
+    # What re-planning moves from the current plan (pipeplan.planner.replan); None for a plan made from scratch.
     migration: Migration | None = None
-    # Who lends memory to which stage (planner.harvest_solve); None for a plan that may not borrow.
+    # Who lends memory to which stage (pipeplan.planner.harvest_solve); None for a plan that may not borrow.
     harvest: Harvest | None = None
 
     @property

@@ -8,7 +8,7 @@ Costs (seconds, per microbatch):
 
 - ``time[v][d]``: layer ``v`` on device ``d`` under that device's current load (the cost model);
 - ``stage_overhead[d]``: what a stage on ``d`` pays once per microbatch whatever its layers
-  (:meth:`costmodel.base.CostModel.stage_overhead`: a shared GPU's time-slice waits), added to the
+  (:meth:`pipeplan.costmodel.base.CostModel.stage_overhead`: a shared GPU's time-slice waits), added to the
   stage's compute by the simulator;
 - ``transfer(u, a, b)``: layer ``u``'s output sent from device ``a`` to ``b`` — the link's latency
   plus ``out_bytes(u) / bandwidth``, where ``out_bytes(u)`` is the largest tensor ``u`` hands to any
@@ -19,16 +19,16 @@ Costs (seconds, per microbatch):
 - a stage's time is ``max(compute, receive, send)`` with ``comm="overlap"`` or their sum with
   ``comm="serial"`` (PipeDream; Tarnawski et al., NeurIPS 2020).
 
-Memory of a device, as inference uses it (:mod:`costmodel.memory`): the weights of its layers and,
+Memory of a device, as inference uses it (:mod:`pipeplan.costmodel.memory`): the weights of its layers and,
 when ``graph.meta["kv_context"]`` is set, their KV cache for ``in_flight`` microbatches; plus the
 peak live set of one microbatch (tensors alive from producer to last consumer, in the graph's
 order) and the boundary tensors of the other microbatches in flight.  Every planner reads it as
 ``Σ param_bytes + in_flight · Σ act_bytes + max workspace`` over a device's layers; the terms come
-from :func:`costmodel.memory.planner_terms`, which bounds the liveness figure from above for every
+from :func:`pipeplan.costmodel.memory.planner_terms`, which bounds the liveness figure from above for every
 stage that is an interval of the graph's order.  It must stay under
 ``capacity · (1 − memory_margin)``.
 
-Placement constraints (``pins``, ``keep_together``, ``forbid_devices``; :mod:`planner.constraints`)
+Placement constraints (``pins``, ``keep_together``, ``forbid_devices``; :mod:`pipeplan.planner.constraints`)
 are resolved against the graph and the cluster when the problem is made, into ``placement``; an
 unknown layer or device, or constraints that conflict, raise :class:`PlanError` naming them.
 ``max_devices`` caps the number of stages (every used device holds one stage).
@@ -41,12 +41,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from costmodel.analytic import RooflineModel
-from costmodel.base import CostModel
-from costmodel.graph import ModelGraph
-from costmodel.memory import LivenessError, planner_terms
-from planner.cluster import Cluster
-from planner.constraints import Pin, Placement, PlacementError, PlacementRules, pins_of, resolve
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.costmodel.memory import LivenessError, planner_terms
+from pipeplan.planner.cluster import Cluster
+from pipeplan.planner.constraints import Pin, Placement, PlacementError, PlacementRules, pins_of, resolve
 
 __all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem", "TransferRule"]
 
@@ -154,7 +154,7 @@ class Problem:
         # refused a 13B decoder as needing 206 GiB for 24 GiB of weights).  The planners' form stays
         # "Σ params + in_flight · Σ activations + max workspace": planner_terms puts weights and KV
         # cache in params, nothing in activations, and the live set plus in-flight boundaries in the
-        # per-layer workspace, whose max over a device bounds them (see costmodel.memory).
+        # per-layer workspace, whose max over a device bounds them (see pipeplan.costmodel.memory).
         try:
             terms = planner_terms(self.graph, mem, self.options.kept_microbatches,
                                   self.graph.meta.get("kv_context"))

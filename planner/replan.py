@@ -1,7 +1,7 @@
 """Re-planning: from the plan serving now to the one that minimises ``B + M / N`` on a new cluster.
 
 B is a plan's bottleneck on the new cluster (the simulator's), M the seconds its migration takes
-from the current plan and N the horizon in microbatches (:mod:`planner.migration`).  Keeping the
+from the current plan and N the horizon in microbatches (:mod:`pipeplan.planner.migration`).  Keeping the
 current plan costs no migration, so it wins whenever no move pays over the horizon; the result then
 says ``stay`` and gives both figures.
 
@@ -9,12 +9,12 @@ A solve has four steps:
 
 1. **Stay**: the current assignment in its device order, scored on the new problem; it cannot stay
    when one of its devices has left, or when it breaks memory or a constraint there.
-2. **Fresh**: :func:`planner.ilp.solve` on the new problem (``_FRESH_SHARE`` of the time limit): the
+2. **Fresh**: :func:`pipeplan.planner.ilp.solve` on the new problem (``_FRESH_SHARE`` of the time limit): the
    plan of least bottleneck, migration ignored, and its certificate's ``best_bound``, which no
    plan's bottleneck beats.  Every plan's migration is at least :meth:`MigrationCost.lower_bound`
    (state on departed devices must be reloaded), so ``bound = best_bound + that / N``.
 3. **CP-SAT**, unless the better of the two is within ``EXACT_TOLERANCE`` of that bound: the model
-   of :mod:`planner.ilp_constraints` with the migration terms of :mod:`planner.replan_model`,
+   of :mod:`pipeplan.planner.ilp_constraints` with the migration terms of :mod:`pipeplan.planner.replan_model`,
    minimising ``B + M`` in ticks, from the better plan as a complete hint, ``B + M ≤`` it.
 4. **Choice**: the best of the three by :func:`score`, in seconds; staying wins ties (a move that
    gains no more than ``EXACT_TOLERANCE`` is not worth making).
@@ -35,14 +35,14 @@ from typing import Any, NamedTuple
 
 from ortools.sat.python import cp_model
 
-from planner.ilp import SolverOptions, _interchangeable, solve
-from planner.ilp_constraints import build_constrained
-from planner.ilp_exact import EXACT_TOLERANCE, plan_devices
-from planner.migration import DEFAULT_RELOAD, Alternative, Horizon, Migration, MigrationCost, Reload
-from planner.plan import Certificate, Plan, SolverDetails, relative_gap
-from planner.problem import PlanError, Problem
-from planner.replan_model import add_migration, migration_classes, migration_ticks
-from planner.simulate import Assignment, evaluate, make_plan
+from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp_constraints import build_constrained
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, plan_devices
+from pipeplan.planner.migration import DEFAULT_RELOAD, Alternative, Horizon, Migration, MigrationCost, Reload
+from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
+from pipeplan.planner.problem import PlanError, Problem
+from pipeplan.planner.replan_model import add_migration, migration_classes, migration_ticks
+from pipeplan.planner.simulate import Assignment, evaluate, make_plan
 
 __all__ = ["ReplanScore", "replan", "score"]
 
@@ -62,7 +62,7 @@ class ReplanScore(NamedTuple):
 
 def score(problem: Problem, cost: MigrationCost, microbatches: float, assignment: Assignment,
           order: Sequence[str] | None = None) -> ReplanScore:
-    """Score a plan as re-planning does: :func:`planner.simulate.evaluate` plus the migration, e.g.
+    """Score a plan as re-planning does: :func:`pipeplan.planner.simulate.evaluate` plus the migration, e.g.
     ``score(problem, MigrationCost(problem, current.assignment()), 1000, {"l0": "d1", "l1": "d2"})``."""
     ev = evaluate(problem, assignment, order)
     index = {d: i for i, d in enumerate(problem.devices)}
@@ -114,7 +114,7 @@ def replan(problem: Problem, current: Plan, horizon: Horizon | str, *, reload: R
     """The plan for ``problem`` (the new cluster state) that minimises bottleneck + migration / N
     from ``current``, with ``plan.migration`` saying what moves and why, and its certificate.
 
-    ``horizon``: :class:`planner.migration.Horizon` or its text (``"10m"``, ``"5000mb"``);
+    ``horizon``: :class:`pipeplan.planner.migration.Horizon` or its text (``"10m"``, ``"5000mb"``);
     ``reload``: where the state of layers whose device left comes from.  For example
     ``replan(Problem(graph, new_cluster), Plan.load("current.json"), "10m").migration.decision``.
     """

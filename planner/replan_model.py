@@ -1,7 +1,7 @@
-"""Re-planning's migration terms in the CP-SAT model (see :mod:`planner.replan`).
+"""Re-planning's migration terms in the CP-SAT model (see :mod:`pipeplan.planner.replan`).
 
-On top of :func:`planner.ilp_constraints.build_constrained` (the model of :mod:`planner.ilp_model`
-with the placement constraints), for the cost model of :class:`planner.migration.MigrationCost`
+On top of :func:`pipeplan.planner.ilp_constraints.build_constrained` (the model of :mod:`pipeplan.planner.ilp_model`
+with the placement constraints), for the cost model of :class:`pipeplan.planner.migration.MigrationCost`
 amortised over N microbatches:
 
 - Moves need no variable of their own: layer v, now on device a, moves to b exactly when
@@ -10,7 +10,7 @@ amortised over N microbatches:
   b) would carry: a channel pays its latency once when it carries anything.
 - ``M ≥ lat[c] · open[c] + Σ_v cost[v, c] · x[v][b]`` for each channel, costs in ticks of
   ``bytes / bandwidth / N`` and ``latency / N``, each rounded down like every term of
-  :mod:`planner.ilp_ticks`, so M is at most the amortised migration in seconds times the scale.
+  :mod:`pipeplan.planner.ilp_ticks`, so M is at most the amortised migration in seconds times the scale.
 - The objective is ``B + M``, and ``B + M ≤`` the best plan known (in ticks, rounded up).
 
 Everything stays linear, and every bound CP-SAT proves in ticks, divided by the scale, is a bound
@@ -28,17 +28,17 @@ from dataclasses import dataclass
 
 from ortools.sat.python import cp_model
 
-from planner.ilp_constraints import ConstrainedModel, split_classes
-from planner.ilp_ticks import Ticks, resolution_for
-from planner.migration import MigrationCost, Route
-from planner.problem import Problem
+from pipeplan.planner.ilp_constraints import ConstrainedModel, split_classes
+from pipeplan.planner.ilp_ticks import Ticks, resolution_for
+from pipeplan.planner.migration import MigrationCost, Route
+from pipeplan.planner.problem import Problem
 
 __all__ = ["MigrationTerms", "add_migration", "migration_classes", "migration_ticks"]
 
 
 def migration_ticks(problem: Problem, cost: MigrationCost, microbatches: float) -> Ticks:
     """Ticks whose scale puts the largest stage time plus the largest amortised migration at
-    about :func:`planner.ilp_ticks.resolution_for` ticks (the stage time alone is that with
+    about :func:`pipeplan.planner.ilp_ticks.resolution_for` ticks (the stage time alone is that with
     no migration)."""
     resolution = resolution_for(problem)
     stage = resolution / Ticks.of(problem, resolution).scale  # the largest possible stage time, seconds

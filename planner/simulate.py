@@ -6,7 +6,7 @@ bottleneck, and a GPipe fill-drain schedule of all microbatches; :func:`violatio
 thing that makes a plan invalid (an unassigned layer, a stage that is not convex, stages that
 depend on each other in a cycle, an order that sends data backwards, memory over capacity, more
 devices than ``max_devices``, a layer where a pin or ``forbid_devices`` rules it out, a keep-together
-group split: :mod:`planner.constraints`).
+group split: :mod:`pipeplan.planner.constraints`).
 
 Schedule: stage k starts microbatch m when it has finished microbatch m−1 and stage k−1 has
 finished microbatch m, so the makespan is Σₖ Tₖ + (M − 1)·maxₖ Tₖ (a flow shop with identical jobs).
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import networkx as nx
 
-from planner.plan import Certificate, Plan, Stage, source_of
-from planner.problem import PlanError, Problem
+from pipeplan.planner.plan import Certificate, Plan, Stage, source_of
+from pipeplan.planner.problem import PlanError, Problem
 
 __all__ = ["Assignment", "Evaluation", "evaluate", "make_plan", "stage_times", "violation"]
 

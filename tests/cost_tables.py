@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from planner.cluster import Cluster
+from pipeplan.planner.cluster import Cluster
 
 
 def two_types() -> Cluster:

@@ -11,11 +11,11 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from costmodel.graph import ModelGraph
-from planner.cluster import Cluster, load_cluster
-from planner.plan import Certificate, Plan
-from planner.problem import PlanOptions, Problem
-from planner.simulate import make_plan
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.planner.cluster import Cluster, load_cluster
+from pipeplan.planner.plan import Certificate, Plan
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.simulate import make_plan
 
 
 def cpu_cluster(path: Path, devices: int) -> Path:

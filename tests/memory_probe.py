@@ -1,5 +1,5 @@
-"""Run in a child process by tests/test_memory_liveness.py: the predicted peak live set of one
-microbatch (costmodel.memory) against the RSS high-water mark of running the exported program.
+"""Run in a child process by tests/costmodel/test_memory_liveness.py: the predicted peak live set of one
+microbatch (pipeplan.costmodel.memory) against the RSS high-water mark of running the exported program.
 
 The child sets ``MALLOC_MMAP_THRESHOLD_`` (in its environment, before start) so that glibc serves
 every tensor from mmap and returns it on free: RSS then follows the live tensors.  Prints one line
@@ -13,10 +13,10 @@ import sys
 
 import torch
 
-from costmodel.capture import capture_program
-from costmodel.memory import stage_memory
-from costmodel.zoo import build_model
-from costmodel.zoo.llm import LLM_MODELS, build_llm
+from pipeplan.costmodel.capture import capture_program
+from pipeplan.costmodel.memory import stage_memory
+from pipeplan.costmodel.zoo import build_model
+from pipeplan.costmodel.zoo.llm import LLM_MODELS, build_llm
 
 
 def _status(key: str) -> int:

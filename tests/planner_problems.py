@@ -7,13 +7,13 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from costmodel.analytic import RooflineModel
-from costmodel.graph import Layer, ModelGraph
-from planner.cluster import Cluster
-from planner.ilp import SolverOptions
-from planner.ilp_ticks import Ticks
-from planner.problem import PlanOptions, Problem
-from planner.simulate import evaluate
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.planner.cluster import Cluster
+from pipeplan.planner.ilp import SolverOptions
+from pipeplan.planner.ilp_ticks import Ticks
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.simulate import evaluate
 
 EXACT = SolverOptions(time_limit=30.0, workers=2, seed=0)
 ROOFLINE = RooflineModel(overhead=0.0)

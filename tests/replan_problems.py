@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 
-from planner.builder import GraphBuilder
-from planner.cluster import Cluster
-from planner.plan import Certificate, Plan
-from planner.problem import PlanOptions, Problem
-from planner.simulate import make_plan
+from pipeplan.planner.builder import GraphBuilder
+from pipeplan.planner.cluster import Cluster
+from pipeplan.planner.plan import Certificate, Plan
+from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.simulate import make_plan
 from tests.planner_problems import ROOFLINE
 
 GB = 10**9  # each layer's weights: 1 s over a 1 GB/s link

@@ -1,4 +1,4 @@
-"""Alembic environment: run by :meth:`api.database.Database.migrate` with an open connection, or
+"""Alembic environment: run by :meth:`pipeplan.api.database.Database.migrate` with an open connection, or
 by the ``alembic`` command with ``-c api/alembic.ini`` and ``PIPEPLAN_DATABASE_URL``."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from api.models import Base
+from pipeplan.api.models import Base
 
 config = context.config
 target_metadata = Base.metadata
@@ -19,7 +19,7 @@ def _run_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from api.settings import get_settings
+    from pipeplan.api.settings import get_settings
 
     engine = create_engine(get_settings().database_url)
     with engine.begin() as conn:
@@ -29,7 +29,7 @@ def _run_online() -> None:
 
 
 if context.is_offline_mode():
-    from api.settings import get_settings
+    from pipeplan.api.settings import get_settings
 
     context.configure(url=get_settings().database_url, target_metadata=target_metadata, literal_binds=True)
     with context.begin_transaction():

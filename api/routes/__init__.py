@@ -1,1 +1,1 @@
-"""One router per resource; :mod:`api.main` includes them all."""
+"""One router per resource; :mod:`pipeplan.api.main` includes them all."""

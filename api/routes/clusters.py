@@ -9,14 +9,14 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import PrincipalDep, Reader, ServicesDep, Writer, errors, owner_check
-from api.errors import ApiError
-from api.etags import tagged
-from api.models import ClusterRow
-from api.registry import ClusterState
-from api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
-from api.schemas.common import NAME_PATTERN
-from planner.cluster import builtin_clusters
+from pipeplan.api.deps import PrincipalDep, Reader, ServicesDep, Writer, errors, owner_check
+from pipeplan.api.errors import ApiError
+from pipeplan.api.etags import tagged
+from pipeplan.api.models import ClusterRow
+from pipeplan.api.registry import ClusterState
+from pipeplan.api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
+from pipeplan.api.schemas.common import NAME_PATTERN
+from pipeplan.planner.cluster import builtin_clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 

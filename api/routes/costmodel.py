@@ -15,13 +15,13 @@ from typing import Any
 from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import Predictor, ServicesDep, errors
-from api.errors import ApiError, loc_for_error, user_label
-from api.pool import Outcome, QueueFull, Task
-from api.registry import state_of
-from api.schemas.misc import PredictRequest, PredictResponse
-from api.store import new_id
-from costmodel.hardware import Device
+from pipeplan.api.deps import Predictor, ServicesDep, errors
+from pipeplan.api.errors import ApiError, loc_for_error, user_label
+from pipeplan.api.pool import Outcome, QueueFull, Task
+from pipeplan.api.registry import state_of
+from pipeplan.api.schemas.misc import PredictRequest, PredictResponse
+from pipeplan.api.store import new_id
+from pipeplan.costmodel.hardware import Device
 
 router = APIRouter(prefix="/v1/costmodel", tags=["costmodel"])
 

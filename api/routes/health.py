@@ -19,10 +19,10 @@ from fastapi import APIRouter
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import Services, ServicesDep
-from api.metrics import CONTENT_TYPE
-from api.queue import QueueStats
-from api.schemas.misc import Health, Liveness, Readiness
+from pipeplan.api.deps import Services, ServicesDep
+from pipeplan.api.metrics import CONTENT_TYPE
+from pipeplan.api.queue import QueueStats
+from pipeplan.api.schemas.misc import Health, Liveness, Readiness
 
 router = APIRouter(tags=["service"])
 

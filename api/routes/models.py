@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from api.deps import Reader, ServicesDep, errors
-from api.schemas.misc import ZooModelPublic
+from pipeplan.api.deps import Reader, ServicesDep, errors
+from pipeplan.api.schemas.misc import ZooModelPublic
 
 router = APIRouter(prefix="/v1/models", tags=["models"])
 

@@ -11,16 +11,16 @@ from fastapi.security import HTTPAuthorizationCredentials
 from sqlalchemy import bindparam, select, update
 from starlette.concurrency import run_in_threadpool
 
-from api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
-from api.errors import ApiError
-from api.etags import tagged
-from api.idempotency import KEY_PATTERN
-from api.links import check_time_zones, page_response
-from api.models import JobRow, PlanRow, utcnow
-from api.planning import Answer
-from api.schemas.jobs import JobPublic
-from api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanList, PlanPublic
-from api.store import list_plans, plan_json, plan_summary, plan_view
+from pipeplan.api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
+from pipeplan.api.errors import ApiError
+from pipeplan.api.etags import tagged
+from pipeplan.api.idempotency import KEY_PATTERN
+from pipeplan.api.links import check_time_zones, page_response
+from pipeplan.api.models import JobRow, PlanRow, utcnow
+from pipeplan.api.planning import Answer
+from pipeplan.api.schemas.jobs import JobPublic
+from pipeplan.api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanList, PlanPublic
+from pipeplan.api.store import list_plans, plan_json, plan_summary, plan_view
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 

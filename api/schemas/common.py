@@ -6,9 +6,9 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, SkipValidation, Tag, model_validator
 
-from api.schemas.graph import GraphDoc
-from api.text import check_text
-from planner.cluster import ClusterSpec
+from pipeplan.api.schemas.graph import GraphDoc
+from pipeplan.api.text import check_text
+from pipeplan.planner.cluster import ClusterSpec
 
 __all__ = [
     "NAME_PATTERN", "ClusterRef", "ErrorItem", "ErrorResponse", "GraphModelRef", "ModelRef", "Name",
@@ -64,7 +64,7 @@ class ZooModelRef(Strict):
 class GraphModelRef(Strict):
     """A layer graph sent as JSON (``pipeplan graph MODEL --json``); see docs/graph-format.md."""
 
-    # Validated by costmodel.graph.ModelGraph.from_dict, whose messages name the layer at fault;
+    # Validated by pipeplan.costmodel.graph.ModelGraph.from_dict, whose messages name the layer at fault;
     # the schema documents the format.
     graph: SkipValidation[GraphDoc]
 

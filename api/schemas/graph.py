@@ -1,6 +1,6 @@
 """The graph document's schema, for the OpenAPI description (``pipeplan.graph`` version 1).
 
-The service checks a graph with :meth:`costmodel.graph.ModelGraph.from_dict`; these models only
+The service checks a graph with :meth:`pipeplan.costmodel.graph.ModelGraph.from_dict`; these models only
 describe the format (docs/graph-format.md) to clients and to schema-driven tools.
 """
 
@@ -29,7 +29,7 @@ class LayerDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1, description="module path, or scope:op for functional glue")
-    kind: str = Field(..., min_length=1, description="linear, conv, attention, … (costmodel.capture.KINDS)")
+    kind: str = Field(..., min_length=1, description="linear, conv, attention, … (pipeplan.costmodel.capture.KINDS)")
     module_type: str = Field(..., min_length=1)
     order: int = Field(..., ge=0, description="unique position in a topological order")
     flops: int = NonNegative

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from api.schemas.plans import ComparisonDoc
+from pipeplan.api.schemas.plans import ComparisonDoc
 
 __all__ = ["JobList", "JobPublic", "JobStatus", "JobSummary"]
 

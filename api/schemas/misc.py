@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, SkipValidation
 
-from api.schemas.common import ClusterRef, Strict, TextChecked
-from api.schemas.graph import LayerDoc
-from api.schemas.plans import COSTMODEL_PATTERN
-from costmodel.hardware import Contention, Device
+from pipeplan.api.schemas.common import ClusterRef, Strict, TextChecked
+from pipeplan.api.schemas.graph import LayerDoc
+from pipeplan.api.schemas.plans import COSTMODEL_PATTERN
+from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = ["Health", "LayerPrediction", "Liveness", "PoolHealth", "PredictRequest", "PredictResponse", "QueueHealth",
            "Readiness", "ZooModelPublic"]
@@ -27,7 +27,7 @@ class PredictRequest(Strict, TextChecked):
     """Each layer's time on each device, under the devices' loads (or ``load`` for all of them)."""
 
     costmodel: str = Field("analytic", pattern=COSTMODEL_PATTERN)
-    # Checked by costmodel.graph (as a graph of these layers), whose messages name the layer.
+    # Checked by pipeplan.costmodel.graph (as a graph of these layers), whose messages name the layer.
     layers: SkipValidation[list[LayerDoc]] = Field(..., description="layers in the graph format")
     cluster: ClusterRef | None = Field(None, description="a cluster (its loads apply), or give devices")
     devices: list[Device] | None = Field(None, description="devices, when no cluster is given")

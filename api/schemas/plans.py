@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
 
-from api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
+from pipeplan.api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
 
 __all__ = [
     "CertificateDoc",
@@ -36,7 +36,7 @@ DeviceName = Annotated[str, Field(min_length=1, max_length=128,
 
 
 class PinIn(Strict):
-    """Layers that must run on one device, or on some device of one type (planner.constraints.Pin)."""
+    """Layers that must run on one device, or on some device of one type (pipeplan.planner.constraints.Pin)."""
 
     layers: LayerPattern
     device: DeviceName
@@ -48,7 +48,7 @@ _LATER_DEFAULTS: dict[str, Any] = {"transfer": "per-device", "pins": [], "keep_t
 
 
 class PlanOptionsIn(Strict):
-    """What the plan optimises and under which rules (planner.problem.PlanOptions); an unknown layer
+    """What the plan optimises and under which rules (pipeplan.planner.problem.PlanOptions); an unknown layer
     or device in the constraints, or constraints that conflict, is a 422 naming them."""
 
     objective: Literal["throughput", "latency"] = Field(
@@ -78,7 +78,7 @@ class PlanOptionsIn(Strict):
 
 
 class SolverIn(Strict):
-    """CP-SAT's limits (planner.ilp.SolverOptions); defaults come from the service's settings."""
+    """CP-SAT's limits (pipeplan.planner.ilp.SolverOptions); defaults come from the service's settings."""
 
     time_limit: float | None = Field(None, gt=0.0, description="seconds; at most the service's max_time_limit")
     seed: int = Field(0, ge=0, le=2**31 - 1)
@@ -106,7 +106,7 @@ class PlanCreate(_PlanRequest):
 
 
 class CompareCreate(_PlanRequest):
-    """The ILP and every baseline on one problem, scored alike (planner.compare.compare)."""
+    """The ILP and every baseline on one problem, scored alike (pipeplan.planner.compare.compare)."""
 
 
 class CertificateDoc(BaseModel):
@@ -117,7 +117,7 @@ class CertificateDoc(BaseModel):
     gap: float | None = None
     solve_time: float = 0.0
     details: dict[str, Any] = Field(default_factory=dict)
-    solver: dict[str, Any] | None = Field(None, description="how the ILP ran (planner.plan.SolverDetails; "
+    solver: dict[str, Any] | None = Field(None, description="how the ILP ran (pipeplan.planner.plan.SolverDetails; "
                                           "docs/planner.md); null for baselines")
 
 
@@ -134,7 +134,7 @@ class StageDoc(BaseModel):
 
 
 class PlanDoc(BaseModel):
-    """The versioned plan JSON (planner.plan.Plan.to_dict); non-finite numbers are null."""
+    """The versioned plan JSON (pipeplan.planner.plan.Plan.to_dict); non-finite numbers are null."""
 
     format: Literal["pipeplan.plan"]
     version: int

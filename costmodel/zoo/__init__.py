@@ -2,8 +2,8 @@
 
 Public surface::
 
-    from costmodel.zoo import list_models, get_model, ZooModel, ZooError   # the catalogue: no torch
-    from costmodel.zoo import build_model, capture_model, BuiltModel        # building: imports torch
+    from pipeplan.costmodel.zoo import list_models, get_model, ZooModel, ZooError   # the catalogue: no torch
+    from pipeplan.costmodel.zoo import build_model, capture_model, BuiltModel        # building: imports torch
 
 Names are imported lazily, so listing the zoo or checking a name does not import torch.
 """
@@ -16,13 +16,13 @@ from typing import Any
 __all__ = ["BuiltModel", "ZooError", "ZooModel", "build_model", "capture_model", "get_model", "list_models"]
 
 _EXPORTS = {
-    "ZooError": "costmodel.zoo.catalogue",
-    "ZooModel": "costmodel.zoo.catalogue",
-    "get_model": "costmodel.zoo.catalogue",
-    "list_models": "costmodel.zoo.catalogue",
-    "BuiltModel": "costmodel.zoo.build",
-    "build_model": "costmodel.zoo.build",
-    "capture_model": "costmodel.zoo.build",
+    "ZooError": "pipeplan.costmodel.zoo.catalogue",
+    "ZooModel": "pipeplan.costmodel.zoo.catalogue",
+    "get_model": "pipeplan.costmodel.zoo.catalogue",
+    "list_models": "pipeplan.costmodel.zoo.catalogue",
+    "BuiltModel": "pipeplan.costmodel.zoo.build",
+    "build_model": "pipeplan.costmodel.zoo.build",
+    "capture_model": "pipeplan.costmodel.zoo.build",
 }
 
 

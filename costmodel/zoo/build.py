@@ -14,12 +14,12 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.capture import capture
-from costmodel.graph import ModelGraph
-from costmodel.zoo.catalogue import ZooError, get_model
-from costmodel.zoo.hf import build_hf
-from costmodel.zoo.llm import LLM_MODELS, build_llm, kv_bytes_per_token
-from costmodel.zoo.small import MLP, InceptionNet, ResCNN, TinyGPT
+from pipeplan.costmodel.capture import capture
+from pipeplan.costmodel.graph import ModelGraph
+from pipeplan.costmodel.zoo.catalogue import ZooError, get_model
+from pipeplan.costmodel.zoo.hf import build_hf
+from pipeplan.costmodel.zoo.llm import LLM_MODELS, build_llm, kv_bytes_per_token
+from pipeplan.costmodel.zoo.small import MLP, InceptionNet, ResCNN, TinyGPT
 
 __all__ = ["BuiltModel", "build_model", "capture_model"]
 
@@ -44,7 +44,7 @@ def build_model(name: str, batch_size: int = 1, *, seq_len: int | None = None,
     ``seq_len`` (token models, default 128 for transformers, 1024 for the LLMs, 512 for bert-large
     and 64 for tinygpt) and ``image_size`` (image models, default 224 for transformers and 32 for
     small CNNs) shape the example input; the same name, sizes and seed always give the same weights
-    and input.  The models of :mod:`costmodel.zoo.llm` (``llama-70b``, ``mixtral-8x7b`` …) are
+    and input.  The models of :mod:`pipeplan.costmodel.zoo.llm` (``llama-70b``, ``mixtral-8x7b`` …) are
     built on the meta device: they capture and plan, but hold no weights and cannot run.
     """
     entry = get_model(name)
@@ -82,7 +82,7 @@ def capture_model(name: str, batch_size: int = 1, *, granularity: str = "leaf",
 
     ``kv_context`` (decoders): serve with a KV cache of that many tokens per sequence; recorded in
     ``meta`` with each layer's key and value bytes per token, for the planner's memory
-    (:mod:`costmodel.memory`).
+    (:mod:`pipeplan.costmodel.memory`).
     """
     if kv_context is not None and kv_context < 1:
         raise ZooError(f"kv_context must be at least 1 token, got {kv_context}")
@@ -91,7 +91,7 @@ def capture_model(name: str, batch_size: int = 1, *, granularity: str = "leaf",
     graph.meta.update({"zoo": built.name, "seed": seed, "seq_len": seq_len,
                        "image_size": image_size})
     if kv_context is not None:
-        # What costmodel.memory needs to count a KV cache of kv_context tokens at any granularity.
+        # What pipeplan.costmodel.memory needs to count a KV cache of kv_context tokens at any granularity.
         per_token = kv_bytes_per_token(built.model, [layer.name for layer in graph.layers])
         if not per_token:
             raise ZooError(f"{built.name} has no key/value projections to cache: kv_context applies to decoders")

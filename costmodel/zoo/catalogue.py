@@ -1,7 +1,7 @@
 """What the model zoo holds, without importing torch: names, input kinds and descriptions.
 
 Listing the zoo (``pipeplan models``, ``GET /v1/models``, checking a name) must not pay for torch
-or ``transformers``; building a model does (:mod:`costmodel.zoo.build`).  Every model the zoo can
+or ``transformers``; building a model does (:mod:`pipeplan.costmodel.zoo.build`).  Every model the zoo can
 build has exactly one entry here.
 
 >>> sorted(m.name for m in list_models() if m.family == "builtin")
@@ -42,7 +42,7 @@ def _meta(name: str, inputs: str, description: str) -> ZooModel:
     return ZooModel(name, "transformers", inputs, description, meta=True)
 
 
-# Small models first (costmodel.zoo.small), then transformers architectures at their published
+# Small models first (pipeplan.costmodel.zoo.small), then transformers architectures at their published
 # sizes with random weights (zoo.hf), then LLM-scale ones on the meta device (zoo.llm).
 _CATALOGUE: tuple[ZooModel, ...] = (
     _builtin("mlp", "features", "5-layer MLP, 256 features in (a chain)"),

@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.zoo.catalogue import get_model
+from pipeplan.costmodel.zoo.catalogue import get_model
 
 __all__ = ["HF_MODELS", "build_hf"]
 

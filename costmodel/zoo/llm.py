@@ -26,8 +26,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from costmodel.zoo.catalogue import get_model
-from costmodel.zoo.hf import _first_output
+from pipeplan.costmodel.zoo.catalogue import get_model
+from pipeplan.costmodel.zoo.hf import _first_output
 
 __all__ = ["LLM_MODELS", "LLMSpec", "build_llm"]
 
@@ -103,7 +103,7 @@ def build_llm(name: str, batch_size: int, seq_len: int | None = None, image_size
         hyper["image_size"] = image_size
     config = getattr(transformers, spec.config)(**hyper)
     # Whole-sequence inference (a prompt's prefill): no KV cache object in the traced graph.  The
-    # cache a server keeps is counted by costmodel.memory from the K and V projections instead.
+    # cache a server keeps is counted by pipeplan.costmodel.memory from the K and V projections instead.
     config.use_cache = False
     torch_dtype = dtype or spec.dtype
     with torch.device(device):

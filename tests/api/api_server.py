@@ -34,8 +34,8 @@ def _env(database_url: str, settings: dict[str, Any]) -> dict[str, str]:
 
 def create_token(database_url: str, name: str = "tests", owner: str | None = None, scopes: str = "read plan") -> str:
     """A stored token (test_cli checks ``pipeplan token create`` itself, which also loads torch)."""
-    from api.auth import create_token as create
-    from api.database import Database
+    from pipeplan.api.auth import create_token as create
+    from pipeplan.api.database import Database
 
     db = Database(database_url)
     try:
@@ -47,7 +47,7 @@ def create_token(database_url: str, name: str = "tests", owner: str | None = Non
 
 def cli(database_url: str, *args: str, timeout: float = 120,
         module: str = "pipeplan") -> subprocess.CompletedProcess[str]:
-    """Run ``pipeplan ARGS`` on ``database_url`` (``module="api"``: the service's own commands, without
+    """Run ``pipeplan ARGS`` on ``database_url`` (``module="pipeplan.api"``: the service's own commands, without
     loading torch)."""
     return subprocess.run([sys.executable, "-m", module, *args], env=_env(database_url, {}), cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout, check=False)
@@ -81,8 +81,8 @@ def start_server(database_url: str, log: Path, workers: int = 2, log_level: str 
     port = free_port()
     out = log.open("ab")
     process = subprocess.Popen(
-        # ``python -m api serve`` is ``pipeplan serve`` without the rest of the CLI (which imports torch).
-        [sys.executable, "-m", "api", "serve", "--port", str(port), "--workers", str(workers),
+        # ``python -m pipeplan.api serve`` is ``pipeplan serve`` without the rest of the CLI (which imports torch).
+        [sys.executable, "-m", "pipeplan.api", "serve", "--port", str(port), "--workers", str(workers),
          "--log-level", log_level, *([] if access_log else ["--no-access-log"])],
         env=_env(database_url, settings), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
     server = Server(f"http://127.0.0.1:{port}", database_url, settings, process, log)

@@ -24,7 +24,8 @@ def test_token_create_gives_a_token_the_server_accepts(server: Server) -> None:
 
 
 def test_serve_refuses_a_bad_setting() -> None:
-    # ``python -m api`` runs the same command functions as ``pipeplan`` (without loading torch).
-    done = subprocess.run([sys.executable, "-m", "api", "serve", "--port", "1"], capture_output=True, text=True,
-                          env={**os.environ, "PIPEPLAN_DATABASE_URL": "mysql://nope"}, timeout=60, check=False)
+    # ``python -m pipeplan.api`` runs the same command functions as ``pipeplan`` (without loading torch).
+    done = subprocess.run([sys.executable, "-m", "pipeplan.api", "serve", "--port", "1"], capture_output=True,
+                          text=True, env={**os.environ, "PIPEPLAN_DATABASE_URL": "mysql://nope"}, timeout=60,
+                          check=False)
     assert done.returncode == 2 and "PIPEPLAN_DATABASE_URL" in done.stderr

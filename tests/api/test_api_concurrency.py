@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
-from api.database import Database
+from pipeplan.api.database import Database
 from tests.api.api_factories import chain_graph, plan_body
 from tests.api.api_server import Server
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from api.schemas.plans import PlanOptionsIn
+from pipeplan.api.schemas.plans import PlanOptionsIn
 from tests.api.api_factories import chain_graph, plan_body
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from api.schemas.jobs import JobList, JobPublic
+from pipeplan.api.schemas.jobs import JobList, JobPublic
 from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import Server, wait_job
 

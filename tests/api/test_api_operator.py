@@ -16,8 +16,8 @@ import httpx
 import pytest
 from fastapi.testclient import TestClient
 
-from api.main import create_app
-from api.settings import Settings
+from pipeplan.api.main import create_app
+from pipeplan.api.settings import Settings
 from tests.api.api_factories import chain_graph, cluster_spec, plan_body
 from tests.api.api_server import Server, create_token, start_server
 

@@ -88,15 +88,15 @@ def test_a_revoked_token_is_refused_at_once(server: Server) -> None:
     token = create_token(url, "short-lived")
     with server.client(token) as c:
         assert c.post("/v1/plans", json=plan_body(chain_graph(3, "revoked"))).status_code == 201
-        done = cli(url, "token", "revoke", "short-lived", module="api")
+        done = cli(url, "token", "revoke", "short-lived", module="pipeplan.api")
         assert done.returncode == 0 and "revoked token" in done.stdout, done.stderr
         refused = c.post("/v1/plans", json=plan_body(chain_graph(3, "revoked")))
         assert refused.status_code == 401 and "revoked" in refused.json()["detail"][0]["msg"]
     if not url.startswith("sqlite"):
         return  # the commands are the same on both databases; once is enough
-    listed = cli(url, "token", "list", "--json", module="api")
+    listed = cli(url, "token", "list", "--json", module="pipeplan.api")
     assert listed.returncode == 0, listed.stderr
     mine = [t for t in json.loads(listed.stdout) if t["name"] == "short-lived"]
     assert len(mine) == 1 and mine[0]["revoked_at"] is not None and mine[0]["scopes"] == ["read", "plan"]
-    again = cli(url, "token", "revoke", "short-lived", module="api")
+    again = cli(url, "token", "revoke", "short-lived", module="pipeplan.api")
     assert again.returncode == 2 and "no unrevoked token" in again.stderr

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import httpx
 
-from api.schemas.jobs import JobPublic
-from api.schemas.plans import PlanPublic
+from pipeplan.api.schemas.jobs import JobPublic
+from pipeplan.api.schemas.plans import PlanPublic
 from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import wait_job
 

@@ -22,7 +22,7 @@ from typing import Any
 import httpx
 import pytest
 
-from api.pool import Task, WorkerPool
+from pipeplan.api.pool import Task, WorkerPool
 from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import ROOT, Server, _env, create_token, start_server, wait_job
 from tests.api.conftest import PG_ROOT
@@ -59,7 +59,7 @@ class Worker:
     def __init__(self, database_url: str, log: Path, workers: int = 1, **settings: Any) -> None:
         self.log = log
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "api", "worker", "--workers", str(workers), "--log-level", "info"],
+            [sys.executable, "-m", "pipeplan.api", "worker", "--workers", str(workers), "--log-level", "info"],
             env=_env(database_url, {**QUEUE, **settings}), cwd=ROOT, stdout=log.open("ab"), stderr=subprocess.STDOUT,
             start_new_session=True)
         self.name = f"{os.uname().nodename}:{self.process.pid}"

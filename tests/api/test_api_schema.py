@@ -18,8 +18,8 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from api.main import create_app
-from api.settings import Settings
+from pipeplan.api.main import create_app
+from pipeplan.api.settings import Settings
 from tests.api.api_server import Server
 
 # The schema the server serves, built without starting anything (no database, no workers).

@@ -9,9 +9,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from api.database import Database
-from api.main import create_app
-from api.settings import Settings
+from pipeplan.api.database import Database
+from pipeplan.api.main import create_app
+from pipeplan.api.settings import Settings
 from tests.api.api_factories import chain_graph, plan_body
 from tests.api.api_server import Server
 
@@ -86,7 +86,7 @@ def test_openapi_declares_bearer_security_where_it_is_checked(read_auth: str) ->
 def test_closed_reads_need_a_token(tmp_path: Path) -> None:
     from fastapi.testclient import TestClient
 
-    from api.auth import create_token
+    from pipeplan.api.auth import create_token
 
     url = f"sqlite:///{tmp_path / 'closed.db'}"
     db = Database(url)

@@ -11,18 +11,18 @@ from fastapi.testclient import TestClient
 from pydantic import ValidationError
 from sqlalchemy import text
 
-from api.auth import Principal, TokenChecker, create_token, list_tokens, revoke_token
-from api.database import Database
-from api.keys import canonical, digest_of, finite, request_key
-from api.main import create_app
-from api.reservations import MAX_CORUNNERS, combine, stage_kind
-from api.settings import Settings
-from costmodel.graph import Layer
-from costmodel.hardware import Contention, Device
+from pipeplan.api.auth import Principal, TokenChecker, create_token, list_tokens, revoke_token
+from pipeplan.api.database import Database
+from pipeplan.api.keys import canonical, digest_of, finite, request_key
+from pipeplan.api.main import create_app
+from pipeplan.api.reservations import MAX_CORUNNERS, combine, stage_kind
+from pipeplan.api.settings import Settings
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Contention, Device
 
 
-@pytest.mark.parametrize("module", ["api.auth", "api.database", "api.etags", "api.keys", "api.links", "api.logs",
-                                    "api.main", "api.ratelimit", "api.reservations", "api.settings"])
+@pytest.mark.parametrize("module", [f"pipeplan.api.{name}" for name in (
+    "auth", "database", "etags", "keys", "links", "logs", "main", "ratelimit", "reservations", "settings")])
 def test_doctests(module: str) -> None:
     failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried > 0 and failures == 0
@@ -128,7 +128,7 @@ def test_migrations_build_the_schema_of_the_models(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from api.models import Base
+    from pipeplan.api.models import Base
 
     db = Database(database_url)
     db.migrate()

@@ -22,7 +22,7 @@ _ACTIVE = sa.text("status IN ('queued', 'running')")
 
 def upgrade() -> None:
     # Jobs a stopped service left active could repeat a key and block the index; the start-up that
-    # runs this migration fails them anyway (api.store.recover_jobs).
+    # runs this migration fails them anyway (pipeplan.api.store.recover_jobs).
     op.execute("UPDATE jobs SET status = 'failed', error_type = 'Restarted', "
                "error = 'the service stopped before this job finished; send the request again' "
                "WHERE status IN ('queued', 'running')")

@@ -1,0 +1,89 @@
+"""`pipeplan profile` and `pipeplan costmodel …` as a user runs them, and `--costmodel` on the planner."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pipeplan.costmodel.dataset import read_dataset, write_rows
+from pipeplan.costmodel.registry import SHIPPED_DATASET
+from tests.cli_run import run
+
+
+def test_profile_measures_the_layers_asked_for_under_each_level(tmp_path: Path) -> None:
+    out = tmp_path / "data.csv"
+    args = ("profile", "--out", str(out), "--layers", "linear:m=8,k=64,n=64,gelu", "--per-kind", "1",
+            "--levels", "idle,1xmemory", "--repeats", "2", "--window-ms", "2", "--loaded-window-ms", "4")
+    result = run(*args)
+    assert result.returncode == 0, result.stderr
+    assert "4 measurements written" in result.stderr
+    rows = read_dataset(out)
+    assert sorted({r["contention"] for r in rows}) == ["1×memory", "idle"]
+    assert rows[0]["config"] == "linear:m=8,k=64,n=64" and rows[1]["config"].startswith("gelu:")
+    again = run(*args)  # never overwrites a dataset silently
+    assert again.returncode == 2 and "--append" in again.stderr
+    assert len(read_dataset(out)) == 4
+
+
+def test_profile_rejects_unknown_layers_and_levels(tmp_path: Path) -> None:
+    bad = run("profile", "--out", str(tmp_path / "x.csv"), "--layers", "transformer")
+    assert bad.returncode == 2 and "--layers 'transformer'" in bad.stderr
+    bad = run("profile", "--out", str(tmp_path / "x.csv"), "--levels", "lots")
+    assert bad.returncode == 2 and "cannot read load 'lots'" in bad.stderr
+    assert not (tmp_path / "x.csv").exists()
+
+
+def test_train_then_report_writes_a_model_tables_and_pictures(tmp_path: Path) -> None:
+    kinds = ("linear:", "layernorm:", "relu:")  # a small dataset keeps the test quick
+    rows = [r for r in read_dataset(SHIPPED_DATASET) if r["config"].startswith(kinds)]
+    data = tmp_path / "sweep.csv"
+    write_rows(data, rows)
+    model = tmp_path / "m.zip"
+    trained = run("costmodel", "train", str(data), "--out", str(model))
+    assert trained.returncode == 0, trained.stderr
+    assert "main: held-out MAPE" in trained.stdout and "linear: held-out MAPE" in trained.stdout
+    report = run("costmodel", "report", str(model), "--out", str(tmp_path / "report"))
+    assert report.returncode == 0, report.stderr
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert f"Trained on {len(rows)} measurements" in text and "By contention level" in text
+    for png in ("importances.png", "predicted_vs_measured.png", "error_by_contention.png"):
+        assert (tmp_path / "report" / png).stat().st_size > 10_000
+    refused = run("costmodel", "report", str(data))
+    assert refused.returncode == 2 and "not a pipeplan cost-model file" in refused.stderr
+
+
+def test_the_learned_model_moves_work_off_a_loaded_core(tmp_path: Path) -> None:
+    """Two compute co-runners on cpu0: the learned model sees it, so cpu0 gets the smaller share."""
+    def compute_share_of_cpu0(*load: str) -> float:
+        out = tmp_path / "plan.json"
+        result = run("plan", "mlp", "--batch", "64", "--cluster", "local-cpu", "--costmodel", "learned",
+                     "--time-limit", "5", "--out", str(out), *load)
+        assert result.returncode == 0, result.stderr
+        stages = json.loads(out.read_text())["stages"]
+        assert json.loads(out.read_text())["costmodel"] == "learned"
+        total = sum(s["compute"] for s in stages)
+        return sum(s["compute"] for s in stages if s["device"] == "cpu0") / total
+
+    idle, loaded = compute_share_of_cpu0(), compute_share_of_cpu0("--load", "cpu0=2xcompute")
+    assert loaded < idle
+
+
+def test_an_unknown_cost_model_is_a_clear_error() -> None:
+    result = run("costs", "mlp", "--cluster", "local-cpu", "--costmodel", "nonsense.zip")
+    assert result.returncode == 2 and "cost model 'nonsense.zip'" in result.stderr
+
+
+def test_train_on_a_tiny_profile_warns_that_it_cannot_judge_and_shows_coverage(tmp_path: Path) -> None:
+    rows = read_dataset(SHIPPED_DATASET)
+    few = sorted({r["config"] for r in rows if r["config"].startswith("linear:")})[:6]
+    few += sorted({r["config"] for r in rows if r["config"].startswith("layernorm:")})[:2]
+    data = tmp_path / "tiny.csv"
+    write_rows(data, [r for r in rows if r["config"] in few])
+    trained = run("costmodel", "train", str(data), "--out", str(tmp_path / "m.zip"))
+    assert trained.returncode == 0, trained.stderr
+    out = " ".join(trained.stdout.split())  # rich wraps long lines
+    assert "warning: only 2 layer configurations held out (at least 20 are needed)" in out
+    assert "coverage by layer kind" in out and "90% interval" not in out  # too few to bootstrap
+    assert "no held-out rows for layernorm" in out and "no rows at all for conv, matmul, attention" in out
+    report = run("costmodel", "report", str(tmp_path / "m.zip"))
+    assert report.returncode == 0 and "only 2 layer configurations" in " ".join(report.stdout.split())
