@@ -33,7 +33,7 @@ from typing import Literal
 from sqlalchemy import select, update
 
 from pipeplan.api.database import Database
-from pipeplan.api.models import TokenRow, utcnow
+from pipeplan.api.tables import TokenRow, utcnow
 
 __all__ = ["SCOPES", "Principal", "Scope", "TokenChecker", "TokenInfo", "create_token", "digest", "list_tokens",
            "new_token", "parse_scopes", "revoke_token"]

@@ -22,7 +22,7 @@ from sqlalchemy.exc import IntegrityError
 from pipeplan.api.auth import digest
 from pipeplan.api.database import Database
 from pipeplan.api.keys import digest_of, digest_text
-from pipeplan.api.models import IdempotencyRow, utcnow
+from pipeplan.api.tables import IdempotencyRow, utcnow
 
 __all__ = ["KEY_PATTERN", "Claim", "claim", "fingerprint", "record", "scope_key"]
 

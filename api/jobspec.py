@@ -26,9 +26,9 @@ from sqlalchemy.orm import Session
 
 from pipeplan.api.database import Database
 from pipeplan.api.keys import canonical, request_key
-from pipeplan.api.models import JobRow, PlanRow
 from pipeplan.api.registry import Registry
 from pipeplan.api.store import finish_job, new_id, save_graph
+from pipeplan.api.tables import JobRow, PlanRow
 from pipeplan.api.tasks import Outcome
 
 __all__ = ["Fence", "JobSpec", "record_outcome", "reserve_plan"]

@@ -41,7 +41,6 @@ from pipeplan.api.jobspec import JobSpec, record_outcome, reserve_plan
 from pipeplan.api.keys import canonical
 from pipeplan.api.logs import request_id
 from pipeplan.api.metrics import Metrics
-from pipeplan.api.models import ACTIVE, JobRow, PlanRow
 from pipeplan.api.pool import Outcome, QueueFull, Task, WorkerPool
 from pipeplan.api.queue import JobQueue
 from pipeplan.api.registry import Registry
@@ -49,6 +48,7 @@ from pipeplan.api.resolve import Prepared, Resolver
 from pipeplan.api.schemas.common import ZooModelRef
 from pipeplan.api.schemas.plans import CompareCreate, PlanCreate
 from pipeplan.api.store import job_view, new_id, plan_json, start_job
+from pipeplan.api.tables import ACTIVE, JobRow, PlanRow
 
 __all__ = ["Answer", "Planning", "stopping"]
 

@@ -35,8 +35,8 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session
 
 from pipeplan.api.database import Database
-from pipeplan.api.models import ACTIVE, JobRow
 from pipeplan.api.store import finish_job
+from pipeplan.api.tables import ACTIVE, JobRow
 
 __all__ = ["QUEUE", "TASK", "JobQueue", "QueueStats", "conninfo", "ensure_schema", "sweep"]
 

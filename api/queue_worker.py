@@ -23,12 +23,12 @@ from typing import Any
 from pipeplan.api.database import Database
 from pipeplan.api.jobspec import Fence, JobSpec, record_outcome
 from pipeplan.api.logs import request_id
-from pipeplan.api.models import ACTIVE, JobRow, utcnow
 from pipeplan.api.pool import Limits, Outcome, Task, WorkerPool
 from pipeplan.api.queue import QUEUE, TASK, JobQueue, conninfo, ensure_schema, sweep
 from pipeplan.api.registry import Registry
 from pipeplan.api.settings import Settings
 from pipeplan.api.store import finish_job
+from pipeplan.api.tables import ACTIVE, JobRow, utcnow
 
 __all__ = ["QueueWorker"]
 

@@ -23,8 +23,8 @@ from sqlalchemy.orm import Session
 
 from pipeplan.api.errors import ApiError
 from pipeplan.api.keys import canonical, digest_of
-from pipeplan.api.models import ClusterRow, ReservationRow, utcnow
 from pipeplan.api.reservations import combine
+from pipeplan.api.tables import ClusterRow, ReservationRow, utcnow
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.planner.cluster import Cluster, ClusterError, builtin_clusters, load_cluster
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Select, func, select, update
 from sqlalchemy.orm import Session
 
-from pipeplan.api.models import GraphRow, JobRow, PlanRow, utcnow
+from pipeplan.api.tables import GraphRow, JobRow, PlanRow, utcnow
 
 __all__ = [
     "find_graph", "finish_job", "job_summary", "job_view", "list_jobs", "list_plans",

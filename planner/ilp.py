@@ -49,7 +49,7 @@ from typing import Any
 from ortools.sat.python import cp_model
 
 from pipeplan.planner.baselines import best_baseline
-from pipeplan.planner.ilp_bound import StageBound, StageProgram
+from pipeplan.planner.ilp_bound import BoundProgram, StageBound
 from pipeplan.planner.ilp_constraints import build_constrained, split_classes
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
 from pipeplan.planner.ilp_scale import at_scale, solve_at_scale
@@ -183,7 +183,7 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     reached = ticks_of(incumbent)  # the incumbent's bottleneck in ticks, kept beside it
     # The program may take part of the time: a run that would pass its share is abandoned.
     deadline = started + _PROGRAM_SHARE * opts.time_limit
-    program = StageProgram.of(problem, costs, classes, reached, deadline)
+    program = BoundProgram.of(problem, costs, classes, reached, deadline)
     lower = 0
 
     def needed() -> int | None:

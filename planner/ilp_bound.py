@@ -45,7 +45,7 @@ from pipeplan.planner.ilp_prices import Prices
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import Problem
 
-__all__ = ["MAX_STATES", "StageBound", "StageProgram", "stage_bound"]
+__all__ = ["MAX_STATES", "BoundProgram", "StageBound", "stage_bound"]
 
 MAX_STATES = 4096
 _FIRST_STEP = 0.01  # with no plan known, the first limit is this far above the price bound
@@ -68,7 +68,7 @@ class StageBound:
     order: list[int] = field(default_factory=list)
 
 
-class StageProgram:
+class BoundProgram:
     """Candidate stages of one problem, ready for :meth:`run`; :meth:`of` builds it, or returns None
     when the problem is too large."""
 
@@ -88,7 +88,7 @@ class StageProgram:
 
     @classmethod
     def of(cls, problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
-           deadline: float | None = None, use_windows: bool = True) -> StageProgram | None:
+           deadline: float | None = None, use_windows: bool = True) -> BoundProgram | None:
         """The program over the candidate stages under ``upper`` (a known plan's bottleneck in
         ticks; None: no limit), without those the price windows rule out unless ``use_windows``
         is False (they change no value or chain: :mod:`pipeplan.planner.ilp_prices`)."""
@@ -102,7 +102,7 @@ class StageProgram:
 
     @classmethod
     def _near_prices(cls, problem: Problem, costs: Ticks, classes: list[list[int]],
-                     deadline: float | None) -> StageProgram | None:
+                     deadline: float | None) -> BoundProgram | None:
         """With no plan known, the program under the least limit, 1%, 2%, 4%, … above the price
         bound (:mod:`pipeplan.planner.ilp_prices`), at which its pessimistic run finds a plan: the windows
         then keep few stages, where no limit would keep them all (2.9 million on Llama-2 7B).
@@ -353,5 +353,5 @@ class StageProgram:
 def stage_bound(problem: Problem, costs: Ticks, classes: list[list[int]], upper: int | None,
                 refined: bool = True) -> StageBound | None:
     """The program's lower bound (see the module docstring); None when the problem is too large."""
-    program = StageProgram.of(problem, costs, classes, upper)
+    program = BoundProgram.of(problem, costs, classes, upper)
     return None if program is None else program.run(refined=refined and len(set(program.group_of)) > 1)

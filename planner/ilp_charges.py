@@ -147,7 +147,7 @@ class Charges:
         """Ticks charged to each of :meth:`table`'s stages; ``key`` = (mode, refined, group before,
         group after (-1: none), classes used before, devices left after in each class (at most 1
         unless they matter: with a spread), devices left after in all, spread (see
-        :meth:`StageProgram.run`), part of the stages (see :meth:`table`), group holding the
+        :meth:`BoundProgram.run`), part of the stages (see :meth:`table`), group holding the
         broadcast layer, copies of it sent).
 
         Receipts and sends are summed per stage in parts that depend on few of these (cached), so

@@ -6,7 +6,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from pipeplan.api.models import Base
+from pipeplan.api.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

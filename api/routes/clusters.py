@@ -12,10 +12,10 @@ from starlette.concurrency import run_in_threadpool
 from pipeplan.api.deps import PrincipalDep, Reader, ServicesDep, Writer, errors, owner_check
 from pipeplan.api.errors import ApiError
 from pipeplan.api.etags import tagged
-from pipeplan.api.models import ClusterRow
 from pipeplan.api.registry import ClusterState
 from pipeplan.api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
 from pipeplan.api.schemas.common import NAME_PATTERN
+from pipeplan.api.tables import ClusterRow
 from pipeplan.planner.cluster import builtin_clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])

@@ -14,9 +14,9 @@ from starlette.concurrency import run_in_threadpool
 from pipeplan.api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
 from pipeplan.api.errors import ApiError
 from pipeplan.api.links import check_time_zones, page_response
-from pipeplan.api.models import ACTIVE, JobRow
 from pipeplan.api.schemas.jobs import JobList, JobPublic, JobStatus
 from pipeplan.api.store import job_summary, job_view, list_jobs
+from pipeplan.api.tables import ACTIVE, JobRow
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"])
 

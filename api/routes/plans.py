@@ -16,11 +16,11 @@ from pipeplan.api.errors import ApiError
 from pipeplan.api.etags import tagged
 from pipeplan.api.idempotency import KEY_PATTERN
 from pipeplan.api.links import check_time_zones, page_response
-from pipeplan.api.models import JobRow, PlanRow, utcnow
 from pipeplan.api.planning import Answer
 from pipeplan.api.schemas.jobs import JobPublic
 from pipeplan.api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanList, PlanPublic
 from pipeplan.api.store import list_plans, plan_json, plan_summary, plan_view
+from pipeplan.api.tables import JobRow, PlanRow, utcnow
 
 router = APIRouter(prefix="/v1/plans", tags=["plans"])
 

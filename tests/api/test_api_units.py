@@ -128,7 +128,7 @@ def test_migrations_build_the_schema_of_the_models(database_url: str) -> None:
     from alembic.autogenerate import compare_metadata
     from alembic.migration import MigrationContext
 
-    from pipeplan.api.models import Base
+    from pipeplan.api.tables import Base
 
     db = Database(database_url)
     db.migrate()

@@ -13,7 +13,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan.planner.baselines import chain_dp
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
-from pipeplan.planner.ilp_bound import StageProgram, stage_bound
+from pipeplan.planner.ilp_bound import BoundProgram, stage_bound
 from pipeplan.planner.ilp_exact import plan_devices as _devices
 from pipeplan.planner.ilp_model import build_model
 from pipeplan.planner.ilp_ticks import Ticks
@@ -41,7 +41,7 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
         optimum = tick_optimum(problem, costs)
     except AssertionError:  # nothing fits: no bound to check
         return
-    program = StageProgram.of(problem, costs, _interchangeable(problem), optimum if screened else None)
+    program = BoundProgram.of(problem, costs, _interchangeable(problem), optimum if screened else None)
     assert program is not None
     for refined in (False, True):
         low = program.run(refined=refined)
@@ -225,7 +225,7 @@ def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
                       PlanOptions(microbatches=1))
     costs = Ticks.of(problem)
     optimum = tick_optimum(problem, costs)
-    program = StageProgram.of(problem, costs, _interchangeable(problem), None)
+    program = BoundProgram.of(problem, costs, _interchangeable(problem), None)
     assert program is not None
     refined = program.run(refined=True)
     held = program.run(refined=True, held=program.limit)

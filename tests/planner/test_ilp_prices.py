@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import pipeplan.planner.ilp_scale as scale
 from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
-from pipeplan.planner.ilp_bound import StageProgram
+from pipeplan.planner.ilp_bound import BoundProgram
 from pipeplan.planner.ilp_prices import Prices
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import relative_gap
@@ -71,8 +71,8 @@ def test_windows_change_no_value_of_the_stage_program(problem: Problem, slack: i
         return
     classes = _interchangeable(problem)
     upper = optimum + slack * max(1, optimum // 20)
-    pruned = StageProgram.of(problem, costs, classes, upper)
-    full = StageProgram.of(problem, costs, classes, upper, use_windows=False)
+    pruned = BoundProgram.of(problem, costs, classes, upper)
+    full = BoundProgram.of(problem, costs, classes, upper, use_windows=False)
     assert pruned is not None and full is not None
     assert pruned.pairs <= full.pairs
     runs: list[dict[str, object]] = [{}, {"pessimistic": True}, {"refined": True}, {"refined": True, "spread": optimum},
@@ -91,7 +91,7 @@ def test_windows_change_no_value_of_the_stage_program(problem: Problem, slack: i
 def test_candidate_stages_fit_memory_with_their_workspace(problem: Problem) -> None:
     costs = Ticks.of(problem)
     classes = _interchangeable(problem)
-    program = StageProgram.of(problem, costs, classes, None)
+    program = BoundProgram.of(problem, costs, classes, None)
     assert program is not None
     member = program.stages.member
     for cls, cs in zip(classes, program.stages.per_class, strict=True):
@@ -109,8 +109,8 @@ def test_windows_keep_few_stages_of_a_long_chain() -> None:
     costs = Ticks.of(problem)
     classes = _interchangeable(problem)
     upper = int(tick_optimum_of_chain(costs, 15) * 1.02)
-    pruned = StageProgram.of(problem, costs, classes, upper)
-    full = StageProgram.of(problem, costs, classes, upper, use_windows=False)
+    pruned = BoundProgram.of(problem, costs, classes, upper)
+    full = BoundProgram.of(problem, costs, classes, upper, use_windows=False)
     assert pruned is not None and full is not None
     assert (full.pairs, pruned.pairs) == (795, 4)
     assert pruned.run().bound == full.run().bound == tick_optimum_of_chain(costs, 15)  # type: ignore[union-attr]
