@@ -13,7 +13,7 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet $(TORCH)
-	$(BIN)/pip install --quiet -e '.[models,plot,dev]'
+	$(BIN)/pip install --quiet -e '.[models,plot,dev,otel]'
 	touch $(STAMP)
 
 install: $(STAMP)

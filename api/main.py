@@ -110,7 +110,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for module in (plans, jobs, clusters, models, costmodel, health):
         app.include_router(module.router)
-    # The last added runs first: request ID, CORS, metrics, rate limit, token, body size, the routes.
+    # The last added runs first: request ID, tracing, CORS, metrics, rate limit, token, body size, the routes.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware)  # outside the body limit: a bad token is a 401 before any byte is read
     if settings.rate_limit > 0:
@@ -122,6 +122,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "If-None-Match",
                                           REQUEST_ID],
                            expose_headers=["ETag", "Location", "Retry-After", REQUEST_ID], max_age=600)
+    if settings.tracing != "off":  # inside the request ID, so each span carries it
+        from pipeplan.api.tracing import instrument
+
+        instrument(app, settings.tracing)
     app.add_middleware(RequestIdMiddleware)
     install_openapi(app, settings.read_auth)
     return app

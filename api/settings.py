@@ -106,6 +106,9 @@ class Settings(BaseSettings):
                               description="requests per second per token (per address without one); 0: off")
     rate_burst: int = Field(60, ge=1, description="requests a token may send at once before rate_limit applies")
     log_format: Literal["json", "text"] = Field("json", description="'json': one JSON object per log line")
+    tracing: Literal["off", "otlp", "console"] = Field(
+        "off", description="OpenTelemetry spans per request: 'otlp' to the collector OTEL_EXPORTER_OTLP_ENDPOINT "
+                           "names, 'console' on stderr; needs the 'otel' extra (api.tracing)")
 
     @field_validator("database_url")
     @classmethod
