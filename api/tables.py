@@ -190,3 +190,16 @@ class IdempotencyRow(Base):
     job_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+
+
+class RateBucketRow(Base):
+    """A token bucket of the rate limit, shared by the replicas of one database (queue mode):
+    ``level`` requests left at ``at`` (seconds since the epoch); ``granted``: whether the last take
+    was allowed (what :class:`pipeplan.api.ratelimit.SharedBuckets` reads back)."""
+
+    __tablename__ = "rate_buckets"
+
+    key: Mapped[str] = mapped_column(String(80), primary_key=True)
+    level: Mapped[float] = mapped_column(Float)
+    at: Mapped[float] = mapped_column(Float)
+    granted: Mapped[bool] = mapped_column(Boolean, default=True)

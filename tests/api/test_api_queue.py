@@ -243,3 +243,15 @@ def test_a_stopped_worker_finishes_or_hands_back_its_jobs(cluster: dict[str, Any
         done = c.get(job["url"]).json()
         assert done["status"] == "done" and done["worker"] == patient.name and done["attempts"] == 1, done
         assert "handed back" in hasty.log.read_text()
+
+
+def test_replicas_share_each_token_s_rate_limit(cluster: dict[str, Any], tmp_path: Path) -> None:
+    _worker(cluster, tmp_path)
+    limited = {**QUEUE, "rate_limit": 0.01, "rate_burst": 3}  # no refill within the test
+    servers = [start_server(cluster["url"], tmp_path / f"limited{i}.log", **limited) for i in range(2)]
+    cluster["servers"].extend(servers)
+    with servers[0].client(cluster["token"]) as a, servers[1].client(cluster["token"]) as b:
+        codes = [c.get("/v1/clusters").status_code for c in (a, b, a, b)]
+        assert codes == [200, 200, 200, 429]  # one bucket of 3 for the token, whichever replica answers
+        refused = b.get("/v1/clusters")
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
