@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, SerializerFunctionWrapHandler, model_serializer
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from pipeplan.api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
 
@@ -98,8 +98,17 @@ class _PlanRequest(Strict, TextChecked):
                                            "(default: the service's sync_wait)")
 
 
+# A request that plans for real: the OpenAPI example, which the schema tests send, so that they
+# reach the solver (a zoo model captured by a worker, a built-in cluster, the roofline).
+PLAN_EXAMPLE: dict[str, Any] = {"model": {"name": "tinygpt", "batch": 2, "granularity": "block"},
+                                "cluster": "hetero-a100-t4", "costmodel": "analytic",
+                                "options": {"microbatches": 4}, "solver": {"time_limit": 5}, "wait": 30}
+
+
 class PlanCreate(_PlanRequest):
     """A plan request.  The same graph, cluster state, cost model and options give the stored plan."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [PLAN_EXAMPLE]})
 
     reserve: bool = Field(False, description="record the load this plan's stages put on their devices "
                                              "(registered clusters only), until the plan is released")
