@@ -14,12 +14,15 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeplan.api.keys import finite
 from pipeplan.api.text import safe_text
 
-__all__ = ["USER_ERRORS", "ApiError", "error_body", "install_handlers", "loc_for_error", "user_label"]
+__all__ = ["USER_ERRORS", "ApiError", "DatabaseLossMiddleware", "error_body", "install_handlers", "loc_for_error",
+           "user_label"]
 
 log = logging.getLogger(__name__)
 
@@ -104,3 +107,41 @@ def install_handlers(app: FastAPI) -> None:
         log.exception("unexpected error on %s %s", request.method, request.url.path)
         return JSONResponse(error_body(f"internal error ({type(exc).__name__}); the service logged it", [],
                                        "internal_error"), status_code=500)
+
+
+def _connection_lost(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database dropping the connection (not an error in what was asked)."""
+    return isinstance(exc, DBAPIError) and (exc.connection_invalidated
+                                            or isinstance(exc, OperationalError | InterfaceError))
+
+
+class DatabaseLossMiddleware:
+    """A 503 with Retry-After, not a 500, when the database drops a connection mid-request (a
+    restart, a failover, an operator killing it): the pool replaces it (``pool_pre_ping``), so the
+    request a moment later succeeds.  A middleware, not an exception handler, because the token
+    check and the rate limit read the database before any route runs, and an exception raised there
+    reaches only the server's last-resort handler, which also closes the connection."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception as exc:
+            if not _connection_lost(exc) or started:
+                raise
+            log.warning("database connection lost on %s %s: %s", scope.get("method"), scope.get("path"), exc)
+            body = error_body("the database connection was lost while answering; retry the request (a repeated "
+                              "plan request finds the stored plan or job)", [], "unavailable")
+            await JSONResponse(body, status_code=503, headers={"Retry-After": "1"})(scope, receive, send)

@@ -18,7 +18,7 @@ from pipeplan.api.auth import TokenChecker
 from pipeplan.api.costmodels import CostModels
 from pipeplan.api.database import Database
 from pipeplan.api.deps import Services
-from pipeplan.api.errors import install_handlers
+from pipeplan.api.errors import DatabaseLossMiddleware, install_handlers
 from pipeplan.api.limits import BodyLimitMiddleware
 from pipeplan.api.logs import HEADER as REQUEST_ID
 from pipeplan.api.logs import RequestIdMiddleware
@@ -110,11 +110,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     install_handlers(app)
     for module in (plans, jobs, clusters, models, costmodel, health):
         app.include_router(module.router)
-    # The last added runs first: request ID, tracing, CORS, metrics, rate limit, token, body size, the routes.
+    # The last added runs first: request ID, tracing, CORS, metrics, lost database connections, rate limit,
+    # token, body size, the routes.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
     app.add_middleware(AuthMiddleware)  # outside the body limit: a bad token is a 401 before any byte is read
     if settings.rate_limit > 0:
         app.add_middleware(RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst)
+    app.add_middleware(DatabaseLossMiddleware)  # around everything that reads the database
     app.add_middleware(MetricsMiddleware, metrics=metrics)
     if settings.cors_origins:  # off unless configured: a browser on another origin gets no answer it may read
         app.add_middleware(CORSMiddleware, allow_origins=settings.cors_origins, allow_credentials=False,
