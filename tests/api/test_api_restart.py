@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tests.api.api_factories import chain_graph, cluster_spec, plan_body, wide_graph
@@ -41,3 +45,33 @@ def test_restart_keeps_what_was_stored(database_url: str, tmp_path: Path) -> Non
             assert c.delete("/v1/clusters/kept").status_code == 204
     finally:
         second.stop()
+
+
+def test_a_stopped_server_answers_a_waiting_request_in_json(tmp_path: Path) -> None:
+    """Ctrl-C (SIGINT) while a client waits for its plan: the client gets a JSON 202 naming the job,
+    not a text/plain 500; the job, left unfinished, is failed (Restarted) at the next start."""
+    url = f"sqlite:///{tmp_path / 'stop.db'}"
+    token = create_token(url, "stopper")
+    server = start_server(url, tmp_path / "server.log", workers=1)
+    body = plan_body(wide_graph(), "8gpu-2hosts", solver={"time_limit": 30}, wait=60)
+    answers: list[httpx.Response] = []
+    with server.client(token) as c:
+        waiter = threading.Thread(target=lambda: answers.append(c.post("/v1/plans", json=body)))
+        waiter.start()
+        deadline = time.monotonic() + 30
+        while not c.get("/v1/jobs", params={"status": "running"}).json()["items"]:
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.05)
+        server.process.send_signal(signal.SIGINT)
+        waiter.join(30)
+    server.process.wait(30)
+    assert answers and answers[0].status_code == 202, answers and answers[0].text
+    assert answers[0].headers["content-type"].startswith("application/json")
+    job = answers[0].json()
+    again = start_server(url, tmp_path / "again.log", workers=1)
+    try:
+        with again.client(token) as c:
+            failed = c.get(job["url"]).json()
+            assert failed["status"] == "failed" and failed["error_type"] == "Restarted", failed
+    finally:
+        again.stop()
