@@ -1,12 +1,16 @@
-"""The request-size limit: a body over ``max_body_bytes`` is refused with 413 before it is parsed.
+"""The request-size and body-time limits: a body over ``max_body_bytes`` is refused with 413 before
+it is parsed; a body still arriving ``body_timeout`` seconds after its request began, with 408.
 
 A declared ``Content-Length`` over the limit is refused before a byte is read; a body without one
-(chunked) is counted as it arrives and refused once it passes the limit.
+(chunked) is counted as it arrives and refused once it passes the limit.  The time limit stops a
+client that sends its body a few bytes at a time (slowloris) from holding a connection open.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -16,9 +20,10 @@ __all__ = ["BodyLimitMiddleware"]
 
 
 class BodyLimitMiddleware:
-    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+    def __init__(self, app: ASGIApp, max_bytes: int, body_timeout: float = 30.0) -> None:
         self.app = app
         self.max_bytes = max_bytes
+        self.body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -36,10 +41,19 @@ class BodyLimitMiddleware:
                 return
         seen = 0
         limit = self.max_bytes
+        deadline = time.monotonic() + self.body_timeout
+        complete = False  # once the body is in, a receive waits for the client to go, without a limit
 
         async def counted() -> Message:
-            nonlocal seen
-            message = await receive()
+            nonlocal seen, complete
+            if complete:
+                return await receive()
+            try:
+                message = await asyncio.wait_for(receive(), max(0.0, deadline - time.monotonic()))
+            except TimeoutError:
+                raise ApiError(408, f"the request body did not arrive within {self.body_timeout:g} s "
+                                    "(PIPEPLAN_BODY_TIMEOUT)", ["body"], "timeout") from None
+            complete = message["type"] != "http.request" or not message.get("more_body", False)
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > limit:

@@ -112,7 +112,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         app.include_router(module.router)
     # The last added runs first: request ID, tracing, CORS, metrics, lost database connections, rate limit,
     # token, body size, the routes.
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes)
+    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, body_timeout=settings.body_timeout)
     app.add_middleware(AuthMiddleware)  # outside the body limit: a bad token is a 401 before any byte is read
     if settings.rate_limit > 0:
         app.add_middleware(RateLimitMiddleware, rate=settings.rate_limit, burst=settings.rate_burst)

@@ -50,6 +50,8 @@ class Settings(BaseSettings):
     capture_timeout: float = Field(300.0, gt=0.0,
                                    description="seconds a job may spend capturing a zoo model")
     max_body_bytes: int = Field(8 * 2**20, ge=1024, description="largest request body (413 above)")
+    body_timeout: float = Field(30.0, gt=0.0, le=3600.0,
+                                description="seconds a request's body may take to arrive (408 after)")
     max_graph_layers: int = Field(5000, ge=1)
     max_graph_edges: int = Field(50_000, ge=0)
     max_devices: int = Field(64, ge=1)

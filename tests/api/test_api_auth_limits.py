@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import socket
+import time
+from pathlib import Path
+from urllib.parse import urlparse
+
 import httpx
 
 from tests.api.api_factories import chain_graph, cluster_spec, plan_body
-from tests.api.api_server import Server
+from tests.api.api_server import Server, create_token, start_server
 
 
 def test_writes_need_a_valid_token_and_write_nothing_without(client: httpx.Client, anonymous: httpx.Client,
@@ -60,3 +65,27 @@ def test_limits_answer_413_and_422(client: httpx.Client, server: Server) -> None
     assert slow.status_code == 422 and slow.json()["detail"][0]["loc"] == ["body", "solver", "time_limit"]
     assert client.post("/v1/plans", json=plan_body(solver={"time_limit": -1})).status_code == 422
     assert client.post("/v1/plans", json=plan_body(solver={"threads": 10_000})).status_code == 422
+
+
+def test_a_body_sent_too_slowly_is_a_408(tmp_path: Path) -> None:
+    """A client that declares a body and trickles it (slowloris) is answered 408 once the body
+    timeout passes, and the connection is freed; a prompt request on the same server is served."""
+    url = f"sqlite:///{tmp_path / 'slow.db'}"
+    token = create_token(url, "slow")
+    server = start_server(url, tmp_path / "server.log", workers=1, body_timeout=1)
+    try:
+        where = urlparse(server.url)
+        with socket.create_connection((where.hostname, where.port), timeout=10) as sock:
+            sock.sendall(b"POST /v1/plans HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + token.encode()
+                         + b"\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{\"model\":")
+            started = time.monotonic()
+            answer = sock.recv(65536).decode()
+            waited = time.monotonic() - started
+            while "PIPEPLAN_BODY_TIMEOUT" not in answer and (more := sock.recv(65536)):  # the body may come apart
+                answer += more.decode()
+        assert answer.startswith("HTTP/1.1 408"), answer
+        assert "PIPEPLAN_BODY_TIMEOUT" in answer and 0.8 < waited < 5, (answer, waited)
+        with server.client(token) as c:
+            assert c.post("/v1/plans", json=plan_body(chain_graph(3), wait=30)).status_code in (200, 201)
+    finally:
+        server.stop()
