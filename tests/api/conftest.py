@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,12 +28,14 @@ SERVER_SETTINGS: dict[str, Any] = {
 }
 
 
-@pytest.fixture(scope="session")
-def pg_schema_url() -> Iterator[str]:
+@contextmanager
+def pg_schema(prefix: str) -> Iterator[str]:
+    """A URL of a fresh schema of the test PostgreSQL, dropped afterwards; skips without PostgreSQL
+    (fails in CI, which always has it)."""
     from sqlalchemy import create_engine, text
     from sqlalchemy.exc import OperationalError
 
-    schema = f"pipeplan_test_{uuid.uuid4().hex[:10]}"
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
     engine = create_engine(PG_ROOT)
     try:
         with engine.begin() as conn:
@@ -42,10 +45,18 @@ def pg_schema_url() -> Iterator[str]:
         if os.environ.get("CI"):
             raise
         pytest.skip(f"no PostgreSQL at {PG_ROOT}: {exc.orig}")
-    yield f"{PG_ROOT}?options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    try:
+        yield f"{PG_ROOT}?options=-csearch_path%3D{schema}"
+    finally:
+        with engine.begin() as conn:
+            conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
+        engine.dispose()
+
+
+@pytest.fixture(scope="session")
+def pg_schema_url() -> Iterator[str]:
+    with pg_schema("pipeplan_test") as url:
+        yield url
 
 
 @pytest.fixture(scope="session", params=["sqlite", "postgresql"])

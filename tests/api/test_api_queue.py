@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ import pytest
 from pipeplan.api.pool import Task, WorkerPool
 from tests.api.api_factories import chain_graph, plan_body, wide_graph
 from tests.api.api_server import ROOT, Server, _env, create_token, start_server, wait_job
-from tests.api.conftest import PG_ROOT
+from tests.api.conftest import pg_schema
 
 # Short beats and leases, so that a dead worker's job comes back within seconds.
 QUEUE: dict[str, Any] = {"job_queue": "postgresql", "queue_heartbeat": 0.3, "queue_lease": 2, "sync_wait": 10,
@@ -34,23 +33,8 @@ QUEUE: dict[str, Any] = {"job_queue": "postgresql", "queue_heartbeat": 0.3, "que
 
 @pytest.fixture
 def queue_url() -> Iterator[str]:
-    from sqlalchemy import create_engine, text
-    from sqlalchemy.exc import OperationalError
-
-    schema = f"pipeplan_queue_{uuid.uuid4().hex[:10]}"
-    engine = create_engine(PG_ROOT)
-    try:
-        with engine.begin() as conn:
-            conn.execute(text(f'CREATE SCHEMA "{schema}"'))
-    except OperationalError as exc:
-        engine.dispose()
-        if os.environ.get("CI"):
-            raise
-        pytest.skip(f"no PostgreSQL at {PG_ROOT}: {exc.orig}")
-    yield f"{PG_ROOT}?options=-csearch_path%3D{schema}"
-    with engine.begin() as conn:
-        conn.execute(text(f'DROP SCHEMA "{schema}" CASCADE'))
-    engine.dispose()
+    with pg_schema("pipeplan_queue") as url:
+        yield url
 
 
 class Worker:
