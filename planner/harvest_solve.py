@@ -34,7 +34,7 @@ from pipeplan.planner.harvest_model import add_harvest, harvest_classes, harvest
 from pipeplan.planner.harvest_score import Lending, score
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
 from pipeplan.planner.ilp_constraints import build_constrained, split_classes
-from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, plan_devices
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, plan_devices, run_model
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import make_plan
@@ -113,18 +113,10 @@ def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
     if baseline is not None:
         built.hint(real, costs, classes, *plan_devices(real, baseline))
         terms.hint_no_loans(built.model)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(opts.time_limit - (time.perf_counter() - started),
-                                                0.1 * opts.time_limit)
-    solver.parameters.num_workers = workers
-    solver.parameters.random_seed = opts.seed
-    status = solver.solve(built.model)
-    name = solver.status_name(status)
-    log.info("harvest CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
-             solver.best_objective_bound)
-    details.update(tick_seconds=1.0 / costs.scale, solver_status=name, variables=len(built.model.proto.variables),
-                   constraints=len(built.model.proto.constraints), cp_sat_seconds=solver.wall_time,
-                   warm_start=baseline.method if baseline is not None else None)
+    left = max(opts.time_limit - (time.perf_counter() - started), 0.1 * opts.time_limit)
+    solver, status, ran = run_model(built.model, Settings(left, workers, opts.seed), "harvest")
+    name = ran["solver_status"]
+    details.update(tick_seconds=1.0 / costs.scale, **ran, warm_start=baseline.method if baseline is not None else None)
     if status == cp_model.INFEASIBLE:
         raise PlanError(f"{real.graph.model} does not fit on {real.cluster.name!r} even with harvesting: no "
                         "assignment keeps every device, lender and host within its memory (and the constraints); "

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from ortools.sat.python import cp_model
 
@@ -32,7 +33,7 @@ from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import Problem
 from pipeplan.planner.simulate import make_plan
 
-__all__ = ["EXACT_TOLERANCE", "Settings", "pass_limit", "plan_devices", "tie_break"]
+__all__ = ["EXACT_TOLERANCE", "Settings", "pass_limit", "plan_devices", "run_model", "tie_break"]
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,18 @@ def _solver(settings: Settings) -> cp_model.CpSolver:
     solver.parameters.num_workers = settings.workers
     solver.parameters.random_seed = settings.seed
     return solver
+
+
+def run_model(model: cp_model.CpModel, settings: Settings, label: str) -> tuple[cp_model.CpSolver, Any, dict[str, Any]]:
+    """Solve ``model`` (a planner built on the ILP's model: re-planning, harvesting), log it as
+    ``label``, and the solver details every such solve records (:class:`planner.plan.SolverDetails`)."""
+    solver = _solver(settings)
+    status = solver.solve(model)
+    name = solver.status_name(status)
+    log.info("%s CP-SAT %s in %.2fs: objective %s, bound %s", label, name, solver.wall_time, solver.objective_value,
+             solver.best_objective_bound)
+    return solver, status, {"solver_status": name, "variables": len(model.proto.variables),
+                            "constraints": len(model.proto.constraints), "cp_sat_seconds": solver.wall_time}
 
 
 def tie_break(problem: Problem, plan: Plan, classes: list[list[int]], settings: Settings) -> tuple[Plan, str]:

@@ -37,7 +37,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
 from pipeplan.planner.ilp_constraints import build_constrained
-from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, plan_devices
+from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, plan_devices, run_model
 from pipeplan.planner.migration import DEFAULT_RELOAD, Alternative, Horizon, Migration, MigrationCost, Reload
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
@@ -191,17 +191,10 @@ def _search(problem: Problem, cost: MigrationCost, n: float, best: _Candidate, o
     dev_of, order = plan_devices(problem, best.plan)
     built.hint(problem, costs, classes, dev_of, order)
     terms.hint(built, cost, costs, n)
-    solver = cp_model.CpSolver()
-    solver.parameters.max_time_in_seconds = max(opts.time_limit - (time.perf_counter() - started),
-                                                0.1 * opts.time_limit)
-    solver.parameters.num_workers = details["workers"]
-    solver.parameters.random_seed = opts.seed
-    status = solver.solve(built.model)
-    name = solver.status_name(status)
-    log.info("replan CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
-             solver.best_objective_bound)
-    details.update(tick_seconds=1.0 / costs.scale, solver_status=name, variables=len(built.model.proto.variables),
-                   constraints=len(built.model.proto.constraints), cp_sat_seconds=solver.wall_time)
+    left = max(opts.time_limit - (time.perf_counter() - started), 0.1 * opts.time_limit)
+    solver, status, ran = run_model(built.model, Settings(left, details["workers"], opts.seed), "replan")
+    name = ran["solver_status"]
+    details.update(tick_seconds=1.0 / costs.scale, **ran)
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         # INFEASIBLE cannot be proven with the hinted plan inside B + M ≤ upper; UNKNOWN: out of time
         return None, 0.0
