@@ -63,6 +63,10 @@ __all__ = ["SolverOptions", "solve"]
 log = logging.getLogger(__name__)
 
 _PROGRAM_SHARE = 0.5  # of the time limit, at most, for the stage program before CP-SAT
+# From this many layers × devices, an unconstrained throughput solve runs the stage program before
+# the baselines: it starts at the price bound and finds a plan, while the chain DP among the
+# baselines is O(n²K) (1.2–2 s of a 70B decoder's solve); the baselines run if it finds none.
+_COLD_FIRST_CELLS = 2_000
 _HELD_REACH = 1.25  # exact receipts first assume a bottleneck this far above the bound
 
 
@@ -165,12 +169,9 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     model_classes = split_classes(classes, problem.placement)  # for CP-SAT's symmetry breaking and hints
 
     # -- the best plan known before CP-SAT, and the stage program's bound ----------------------------
-    baseline: Plan | None = None
-    if opts.warm_start:
-        try:
-            baseline = best_baseline(problem)
-        except PlanError as exc:
-            log.info("no baseline fits, solving cold: %s", exc)
+    cold_first = (opts.warm_start and throughput and not problem.placement.restricted
+                  and problem.n_layers * problem.n_devices >= _COLD_FIRST_CELLS)
+    baseline = _baseline(problem) if opts.warm_start and not cold_first else None
     incumbent = baseline
     details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
                                "time_limit": opts.time_limit, "tick_seconds": 1.0 / costs.scale,
@@ -223,6 +224,10 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
                                           or candidate.objective_value < incumbent.objective_value * (1 - 1e-9)):
                 incumbent, reached = candidate, ticks_of(candidate)
         details["stage_bound"] = lower / costs.scale
+    if cold_first and incumbent is None:  # the program found no plan: the baselines' turn
+        baseline = incumbent = _baseline(problem)
+        reached = ticks_of(incumbent)
+        details["warm_start"] = baseline.method if baseline is not None else None
     log.info("stage program: bound %s ticks (%s ideals, %s stages) after %.2fs", lower,
              program.ideals if program else "too many", program.pairs if program else "-",
              time.perf_counter() - started)
@@ -298,3 +303,12 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
                         "raise the time limit")
     return finish(plan, bound, None)
+
+
+def _baseline(problem: Problem) -> Plan | None:
+    """The best baseline plan (the warm start), or None when none fits."""
+    try:
+        return best_baseline(problem)
+    except PlanError as exc:
+        log.info("no baseline fits, solving cold: %s", exc)
+        return None
