@@ -60,6 +60,7 @@ __all__ = ["Deployment", "ServeOptions", "deploy_plan"]
 log = logging.getLogger(__name__)
 
 _POLL = 0.1  # seconds between the threads' looks at whether the deployment has ended
+_CALIBRATE_AFTER = 20  # microbatches a deployment must have served for its times to calibrate
 
 
 @dataclass(frozen=True)
@@ -117,6 +118,10 @@ class Deployment:
         self._ended = threading.Event()
         self._failure: BaseException | None = None
         self.totals: list[dict[str, Any]] | None = None  # each stage's totals, after a clean close
+        # What feeds the calibration store when a drained deployment closes (deploy_plan sets it
+        # when the run options calibrate); the notes say what it recorded.
+        self.calibration: tuple[Any, Any] | None = None  # (the captured graph, the run setup)
+        self.calibration_notes: list[str] = []
 
         inbox, self._inbox = mp.Pipe(duplex=False)
         pairs = [mp.Pipe(duplex=False) for _ in setup.stages]
@@ -207,6 +212,21 @@ class Deployment:
             thread.join(timeout=5)
         if self._failure is not None:
             raise self._failure
+        if drain:
+            self._feed_calibration()
+
+    def _feed_calibration(self) -> None:
+        """Each stage's mean compute over the stats window, recorded against its prediction, as a
+        run's are (:func:`pipeplan.executor.run.feed_back`): the plans made after it use them."""
+        stats = self._meter.snapshot(0, 0)
+        if self.calibration is None or stats.microbatches < _CALIBRATE_AFTER:
+            return
+        from pipeplan.executor.run import feed_back
+
+        graph, setup = self.calibration
+        self.calibration_notes = feed_back(self.plan, graph, setup, [s.compute for s in stats.stages])
+        for note in self.calibration_notes:
+            log.info("%s", note)
 
     def __enter__(self) -> Deployment:
         return self
@@ -337,6 +357,7 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     if torchrun_env() is not None:
         raise PlanMismatchError("a deployment starts its stage processes itself; run it outside torchrun")
     # A deployment runs until closed, and checks no batch of its own: the tests compare its answers.
+    calibrate = options.calibrate  # the deployment records its stages' times when it closes, not each batch
     options = dataclasses.replace(options, run_timeout=math.inf, check_batches=0, calibrate=False)
     if not isinstance(plan, Plan):
         plan = Plan.load(plan)
@@ -349,4 +370,6 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     log.info("deploying %s on %d stage processes (%s)", plan.model, setup.world_size, setup.backend)
     deployment = Deployment(plan, setup, builds, rebuilt.modules, module is None, serving or ServeOptions())
     deployment.reference = rebuilt.model
+    if calibrate:
+        deployment.calibration = (rebuilt.captured.graph, setup)
     return deployment

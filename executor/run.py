@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import statistics
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -91,8 +91,8 @@ def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list
     return model, notes
 
 
-def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, report: RunReport) -> list[str]:
-    """Record each stage's predicted and measured compute in the calibration store
+def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence[float]) -> list[str]:
+    """Record each stage's predicted and ``measured`` compute (seconds per microbatch) in the calibration store
     (:mod:`pipeplan.costmodel.calibration`), and say how the device factors change the stages' errors."""
     from pipeplan.costmodel.calibration import CalibratedCostModel, CalibrationStore, record_run
 
@@ -107,7 +107,6 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, report: RunReport)
     devices = [cluster.device(stage.device).with_load(loads[stage.device]) for stage in plan.stages]
     predicted = [base.stage_time([graph[name] for name in stage.layers], d) for stage, d in
                  zip(plan.stages, devices, strict=True)]
-    measured = [s.measured["compute"] for s in report.stages]
     store = CalibrationStore()
     before = CalibratedCostModel(base, store)
     factors_before = [before.factor(d) for d in devices]
@@ -132,7 +131,7 @@ def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[s
     at_load, spec, notes = repredict(plan, graph, setup)
     report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes])
     if setup.options.calibrate:
-        report.notes += feed_back(plan, graph, setup, report)
+        report.notes += feed_back(plan, graph, setup, [s.measured["compute"] for s in report.stages])
     if report.check is not None and not report.check["ok"]:
         raise OutputMismatchError(f"the pipeline's outputs differ from the unsplit model's: "
                                   f"{report.check['message']}", report)

@@ -183,3 +183,24 @@ def test_the_deploy_command_serves_and_checks_a_request_stream(clusters: dict[in
     assert "10 answers: outputs match the unsplit model" in printed and "latency p50" in printed
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["answered"] == 10 and [s["device"] for s in stats["stages"]] == ["cpu0", "cpu1"]
+
+
+def test_a_drained_deployment_feeds_its_stage_times_to_calibration(clusters: dict[int, Path], tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a run does: each stage's measured compute against its prediction goes to the calibration
+    store when the deployment closes, so later plans can use it (--costmodel calibrated:…)."""
+    from pipeplan.costmodel.calibration import CalibrationStore
+
+    monkeypatch.setenv("PIPEPLAN_CALIBRATION", str(tmp_path / "calibration.json"))
+    plan = plan_with_cuts(capture_model("mlp", 4), clusters[2], ["net.4"])
+    with deploy_plan(plan, options=_options(clusters[2]), serving=ServeOptions(max_wait_ms=1)) as d:
+        futures = [d.submit(torch.randn(256)) for _ in range(120)]
+        for f in futures:
+            f.result(timeout=30)
+        served = d.stats()
+    assert served.microbatches >= 30
+    assert len(d.calibration_notes) == 1 and d.calibration_notes[0].startswith("calibration ("), d.calibration_notes
+    recorded = CalibrationStore(tmp_path / "calibration.json").observations()
+    assert len(recorded) == 2  # one per stage
+    for o, stage in zip(recorded, served.stages, strict=True):
+        assert o.measured == pytest.approx(stage.compute, rel=0.2) and o.predicted > 0 and o.model == "mlp"
