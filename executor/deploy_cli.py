@@ -45,6 +45,8 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                    help="answers compared with the unsplit model (16; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated requests (0)")
     p.add_argument("--stats", metavar="OUT.json", help="write the final statistics as JSON")
+    p.add_argument("--no-calibrate", action="store_true",
+                   help="do not record the stages' times for calibrated:MODEL cost models when it closes")
 
 
 def _send(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]], rate: float) -> list[Future[Any]]:
@@ -118,7 +120,7 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     from pipeplan.planner.plan import Plan
 
     options = RunOptions(cluster=args.cluster, device=args.device, threads=args.threads, schedule=args.schedule,
-                         timeout=args.timeout)
+                         timeout=args.timeout, calibrate=not args.no_calibrate)
     serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight)
     plan = with_source(Plan.load(args.plan), args.model)
     console = Console() if sys.stdout.isatty() else Console(width=170)
@@ -131,6 +133,8 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     checked = requests[: args.check] if len(futures) == len(requests) else []
     console.print(_check(d, checked, answers[: len(checked)]) if checked else
                   "answers not checked" + (" (some requests were refused)" if args.check else ""))
+    for note in d.calibration_notes:
+        console.print(note)
     if args.stats:
         Path(args.stats).write_text(json.dumps(stats.to_dict(), indent=1))
         console.print(f"statistics written to {args.stats}")

@@ -170,7 +170,8 @@ def test_a_stage_that_raises_fails_the_requests_in_flight(clusters: dict[int, Pa
 
 
 def test_the_deploy_command_serves_and_checks_a_request_stream(clusters: dict[int, Path], tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
+                                                                capsys: pytest.CaptureFixture[str],
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     from pipeplan.cli import main as pipeplan
@@ -183,6 +184,14 @@ def test_the_deploy_command_serves_and_checks_a_request_stream(clusters: dict[in
     assert "10 answers: outputs match the unsplit model" in printed and "latency p50" in printed
     stats = json.loads((tmp_path / "stats.json").read_text())
     assert stats["answered"] == 10 and [s["device"] for s in stats["stages"]] == ["cpu0", "cpu1"]
+
+    # 100 requests are 25 microbatches: enough to calibrate, unless told not to
+    for flags, path in (([], tmp_path / "calibrated.json"), (["--no-calibrate"], tmp_path / "not.json")):
+        monkeypatch.setenv("PIPEPLAN_CALIBRATION", str(path))
+        rc = pipeplan(["deploy", "--plan", str(tmp_path / "plan.json"), "--cluster", str(clusters[2]),
+                       "--requests", "100", "--check", "0", "--max-wait-ms", "1", *flags])
+        assert rc == 0 and path.is_file() == (not flags)
+        assert ("calibration (" in capsys.readouterr().out) == (not flags)
 
 
 def test_a_drained_deployment_feeds_its_stage_times_to_calibration(clusters: dict[int, Path], tmp_path: Path,
