@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from pipeplan.api.tasks import Limits, Outcome, PoolStats, QueueFull, Task, resident_bytes
+from pipeplan.api.tasks import Limits, Outcome, PoolStats, QueueFull, Reply, Task, resident_bytes
 
 __all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Task", "WorkerPool", "resident_bytes"]
 
@@ -258,14 +258,14 @@ class WorkerPool:
         if message[0] == "ready":
             w.ready, self._stillborn, self._started = True, 0, True
             return
-        task_id, ok, value, error_type, error, user_error = message
+        reply: Reply = message
         task = w.task
-        if task is None or task.id != task_id:
-            log.warning("worker %s answered for task %s it was not given", w.process.pid, task_id)
+        if task is None or task.id != reply.task_id:
+            log.warning("worker %s answered for task %s it was not given", w.process.pid, reply.task_id)
             return
         w.task, w.tasks_done = None, w.tasks_done + 1
-        self._finish(task, Outcome(ok, value, error, error_type, user_error))
-        why = self._worn_out(w, error_type)
+        self._finish(task, reply.outcome)
+        why = self._worn_out(w, reply.outcome.error_type)
         if why is not None:
             self._retire(w, why)
 

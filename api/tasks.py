@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
-__all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Task", "resident_bytes"]
+__all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Reply", "Task", "resident_bytes"]
 
 
 class QueueFull(RuntimeError):
@@ -22,6 +22,13 @@ class Outcome:
     error: str | None = None
     error_type: str | None = None  # the exception's class, or MemoryLimit / Timeout / WorkerDied / Cancelled
     user_error: bool = False  # the request was wrong (a ValueError): the client's fault, not ours
+
+
+class Reply(NamedTuple):
+    """What a worker process sends back for a task (over its pipe): the task's id and its outcome."""
+
+    task_id: str
+    outcome: Outcome
 
 
 @dataclass

@@ -28,6 +28,7 @@ from typing import Any
 
 from pipeplan.api.keys import canonical, digest_of, finite
 from pipeplan.api.logs import request_id
+from pipeplan.api.tasks import Outcome, Reply
 
 __all__ = ["CostModelError", "LayerError", "run", "serve"]
 
@@ -73,37 +74,36 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
             return
         task_id, kind, payload, rid = message
         token = request_id.set(rid)
-        reply: tuple[Any, ...]
+        outcome: Outcome
         try:
-            reply = (task_id, True, run(kind, payload), None, None, False)
+            outcome = Outcome(True, run(kind, payload))
         except MemoryError:
             # What the task built is unreachable now and freed; the pool replaces this worker anyway
             # (its heap stays fragmented at the high-water mark).
             log.warning("task %s (%s) ran out of memory (limit %d bytes)", task_id, kind, memory_limit)
-            reply = _out_of_memory(task_id, kind, memory_limit)
+            outcome = _out_of_memory(kind, memory_limit)
         except ValueError as exc:
-            reply = (task_id, False, None, type(exc).__name__, str(exc), True)
+            outcome = Outcome(False, None, str(exc), type(exc).__name__, user_error=True)
         except Exception as exc:
             log.error("task %s (%s) failed:\n%s", task_id, kind, traceback.format_exc())
             if memory_limit and _peak_resident() >= 0.9 * memory_limit:
                 # C code that cannot allocate often fails as something else (SystemError in an import,
                 # a RuntimeError from a library): near the limit, that is the likely cause.
-                reply = _out_of_memory(task_id, kind, memory_limit, f" ({type(exc).__name__}: {exc})")
+                outcome = _out_of_memory(kind, memory_limit, f" ({type(exc).__name__}: {exc})")
             else:
-                reply = (task_id, False, None, type(exc).__name__, f"internal error: {type(exc).__name__}: {exc}",
-                         False)
+                outcome = Outcome(False, None, f"internal error: {type(exc).__name__}: {exc}", type(exc).__name__)
         finally:
             request_id.reset(token)
         try:
-            conn.send(reply)
+            conn.send(Reply(task_id, outcome))
         except (EOFError, OSError):
             return
 
 
-def _out_of_memory(task_id: str, kind: str, limit: int, detail: str = "") -> tuple[Any, ...]:
-    return (task_id, False, None, "MemoryLimit",
-            f"this {kind} job needed more memory than a worker may hold ({limit} bytes, PIPEPLAN_JOB_MEMORY)"
-            f"{detail}; send a smaller graph or cluster, or ask the operator for more", True)
+def _out_of_memory(kind: str, limit: int, detail: str = "") -> Outcome:
+    return Outcome(False, None, f"this {kind} job needed more memory than a worker may hold ({limit} bytes, "
+                   f"PIPEPLAN_JOB_MEMORY){detail}; send a smaller graph or cluster, or ask the operator for more",
+                   "MemoryLimit", user_error=True)
 
 
 def _peak_resident() -> int:
