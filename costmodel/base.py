@@ -5,22 +5,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from pipeplan.costmodel.graph import Layer
-from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.costmodel.hardware import Contention, Device, Link
 
-__all__ = ["CostModel", "LayerMemory", "LinkLike"]
-
-
-class LinkLike(Protocol):
-    """Anything with a bandwidth (bytes/s) and a latency (s): a planner link, for instance."""
-
-    @property
-    def bandwidth(self) -> float: ...
-
-    @property
-    def latency(self) -> float: ...
+__all__ = ["CostModel", "LayerMemory"]
 
 
 @dataclass(frozen=True)
@@ -91,8 +80,6 @@ class CostModel(ABC):
             workspace=max(0, layer.bytes_written - layer.activation_bytes),
         )
 
-    def link_time(self, nbytes: float, link: LinkLike) -> float:
-        """Seconds to move ``nbytes`` over ``link``: latency + bytes / bandwidth (0 for 0 bytes)."""
-        if nbytes <= 0:
-            return 0.0
-        return link.latency + nbytes / link.bandwidth
+    def link_time(self, nbytes: float, link: Link) -> float:
+        """Seconds to move ``nbytes`` over ``link`` (:meth:`Link.time`: latency + bytes / bandwidth; 0 for none)."""
+        return link.time(nbytes) if nbytes > 0 else 0.0

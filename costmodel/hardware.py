@@ -1,12 +1,14 @@
-"""What a cost model needs to know about a device: its capacity and how busy it is right now.
+"""The hardware model every package reads: a device's capacity, how busy it is right now, and the
+link between two devices.
 
 These types live in ``costmodel`` (not ``planner``) because a cost model predicts the time of a
-layer *on a device under a load*; the planner's :class:`pipeplan.planner.cluster.Cluster` is built from
-them and adds the links between devices.
+layer *on a device under a load* and of a tensor *over a link*; the planner's
+:class:`pipeplan.planner.cluster.Cluster` is built from them (which devices, which link joins each pair).
 """
 
 from __future__ import annotations
 
+import math
 import platform
 import re
 from functools import cache
@@ -15,10 +17,10 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_validator
 
-from pipeplan.costmodel.units import parse_bytes, parse_flops, parse_rate
+from pipeplan.costmodel.units import parse_bytes, parse_flops, parse_rate, parse_seconds
 
-__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "cpu_model", "cpu_name",
-           "same_cpu"]
+__all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "Link", "Seconds", "cpu_model",
+           "cpu_name", "same_cpu"]
 
 # "tenant": another DNN inference process that launches its work back to back (it never waits
 # for its own kernels), unlike the synthetic co-runners, which synchronise after every operation.
@@ -32,6 +34,7 @@ _CROSS = 0.1
 Bytes = Annotated[int, BeforeValidator(parse_bytes)]
 FlopRate = Annotated[float, BeforeValidator(parse_flops)]
 ByteRate = Annotated[float, BeforeValidator(parse_rate)]
+Seconds = Annotated[float, BeforeValidator(parse_seconds)]
 
 
 class Contention(BaseModel):
@@ -234,3 +237,33 @@ def same_cpu(profiled: str) -> bool:
 def _design(model: str) -> str:
     """A :func:`cpu_model` string without its stepping."""
     return re.sub(r", stepping [^,)]*\)$", ")", model)
+
+
+class Link(BaseModel):
+    """The path between two devices; it is the same in both directions.
+
+    >>> Link(bandwidth="100GB/s", latency="5us").time(1e9)
+    0.010005
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    bandwidth: ByteRate = Field(..., description="bytes/s one transfer gets")
+    latency: Seconds = Field(0.0, description="seconds before the first byte arrives")
+
+    @model_validator(mode="after")
+    def _sane(self) -> Link:
+        # Finite bandwidth only: an infinite one would make to_dict() emit non-JSON 'Infinity'.
+        if not (self.bandwidth > 0 and math.isfinite(self.bandwidth)):
+            raise ValueError(f"bandwidth must be positive, got {self.bandwidth:g} B/s")
+        if not (self.latency >= 0 and math.isfinite(self.latency)):
+            raise ValueError(f"latency must be non-negative, got {self.latency:g} s")
+        return self
+
+    def time(self, nbytes: float) -> float:
+        """Seconds to send ``nbytes``: latency + nbytes / bandwidth; nothing to send costs 0."""
+        if nbytes < 0:
+            raise ValueError(f"cannot send a negative number of bytes ({nbytes})")
+        if nbytes == 0:
+            return 0.0
+        return self.latency + nbytes / self.bandwidth

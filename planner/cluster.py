@@ -28,27 +28,23 @@ import json
 import math
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import yaml
 from pydantic import (
     BaseModel,
-    BeforeValidator,
     ConfigDict,
     Field,
     ValidationError,
-    model_validator,
 )
 
-from pipeplan.costmodel.hardware import ByteRate, Contention, Device
-from pipeplan.costmodel.units import parse_seconds
+from pipeplan.costmodel.hardware import Contention, Device, Link
 
 __all__ = [
     "Cluster", "ClusterError", "ClusterSpec", "IslandSpec", "Link", "LinkSpec", "Topology",
     "builtin_clusters", "load_cluster",
 ]
 
-Seconds = Annotated[float, BeforeValidator(parse_seconds)]
 Pair = frozenset[str]
 
 _BUILTIN_DIR = Path(__file__).parent / "clusters"
@@ -57,36 +53,6 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 
 class ClusterError(ValueError):
     """A cluster spec is wrong; the message names the device, link or file at fault."""
-
-
-class Link(BaseModel):
-    """The path between two devices; it is the same in both directions.
-
-    >>> Link(bandwidth="100GB/s", latency="5us").time(1e9)
-    0.010005
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    bandwidth: ByteRate = Field(..., description="bytes/s one transfer gets")
-    latency: Seconds = Field(0.0, description="seconds before the first byte arrives")
-
-    @model_validator(mode="after")
-    def _sane(self) -> Link:
-        # Finite bandwidth only: an infinite one would make to_dict() emit non-JSON 'Infinity'.
-        if not (self.bandwidth > 0 and math.isfinite(self.bandwidth)):
-            raise ValueError(f"bandwidth must be positive, got {self.bandwidth:g} B/s")
-        if not (self.latency >= 0 and math.isfinite(self.latency)):
-            raise ValueError(f"latency must be non-negative, got {self.latency:g} s")
-        return self
-
-    def time(self, nbytes: float) -> float:
-        """Seconds to send ``nbytes``: latency + nbytes / bandwidth; nothing to send costs 0."""
-        if nbytes < 0:
-            raise ValueError(f"cannot send a negative number of bytes ({nbytes})")
-        if nbytes == 0:
-            return 0.0
-        return self.latency + nbytes / self.bandwidth
 
 
 # A device "talking to itself" moves no data; built without validation to allow inf.

@@ -203,8 +203,7 @@ class Problem:
         """Seconds to send layer ``u``'s output from device ``a`` to device ``b`` (0 when a == b)."""
         if a == b or self.out_bytes[u] == 0:
             return 0.0
-        link = self._links[a][b]
-        return link.latency + self.out_bytes[u] / link.bandwidth
+        return self._links[a][b].time(self.out_bytes[u])
 
     def receivers(self, u: int, dev_of: Sequence[int]) -> list[int]:
         """The devices layer ``u``'s output is sent to under an assignment, once per transfer the

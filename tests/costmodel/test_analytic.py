@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -11,7 +10,7 @@ import pytest
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.base import CostModel, LayerMemory
 from pipeplan.costmodel.graph import Layer, ModelGraph
-from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.costmodel.hardware import Contention, Device, Link
 
 COMPUTE_CORUNNER = Contention(corunners=1, kind="compute")
 MEMORY_CORUNNER = Contention(corunners=1, kind="memory")
@@ -205,25 +204,19 @@ def test_workspace_is_never_negative() -> None:
     assert mem.total == 1008
 
 
-@dataclass
-class Wire:
-    bandwidth: float
-    latency: float
-
-
 @pytest.mark.parametrize("nbytes", [0, 0.0, -10])
 def test_link_time_of_nothing_is_zero(nbytes: float) -> None:
-    assert RooflineModel().link_time(nbytes, Wire(bandwidth=1e9, latency=1e-5)) == 0.0
+    assert RooflineModel().link_time(nbytes, Link(bandwidth=1e9, latency=1e-5)) == 0.0
 
 
 @pytest.mark.parametrize(("nbytes", "seconds"), [(1, 1e-5 + 1e-9), (1_000_000, 1e-5 + 1e-3),
                                                  (25e9, 1e-5 + 25.0)])
 def test_link_time_is_latency_plus_transfer(nbytes: float, seconds: float) -> None:
-    assert RooflineModel().link_time(nbytes, Wire(bandwidth=1e9, latency=1e-5)) == exact(seconds)
+    assert RooflineModel().link_time(nbytes, Link(bandwidth=1e9, latency=1e-5)) == exact(seconds)
 
 
 def test_link_time_without_latency() -> None:
-    assert RooflineModel().link_time(12.5e9, Wire(bandwidth=12.5e9, latency=0.0)) == 1.0
+    assert RooflineModel().link_time(12.5e9, Link(bandwidth=12.5e9, latency=0.0)) == 1.0
 
 
 # -- a captured model -------------------------------------------------------------------------
