@@ -16,6 +16,8 @@ code that cannot allocate aborts the worker, which the pool reports with the lim
 
 from __future__ import annotations
 
+import contextlib
+import gc
 import logging
 import math
 import os
@@ -74,14 +76,11 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
             return
         task_id, kind, payload, rid = message
         token = request_id.set(rid)
-        outcome: Outcome
+        outcome: Outcome | None = None
         try:
             outcome = Outcome(True, run(kind, payload))
         except MemoryError:
-            # What the task built is unreachable now and freed; the pool replaces this worker anyway
-            # (its heap stays fragmented at the high-water mark).
-            log.warning("task %s (%s) ran out of memory (limit %d bytes)", task_id, kind, memory_limit)
-            outcome = _out_of_memory(kind, memory_limit)
+            pass  # answered below: here the traceback still holds everything the task built
         except ValueError as exc:
             outcome = Outcome(False, None, str(exc), type(exc).__name__, user_error=True)
         except Exception as exc:
@@ -94,6 +93,14 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
                 outcome = Outcome(False, None, f"internal error: {type(exc).__name__}: {exc}", type(exc).__name__)
         finally:
             request_id.reset(token)
+        if outcome is None:
+            # Out of memory: what the task built is unreachable now and freed (the pool replaces this
+            # worker anyway: its heap stays fragmented at the high-water mark); a log line that still
+            # cannot be formatted is not worth losing the answer for.
+            gc.collect()
+            with contextlib.suppress(MemoryError):
+                log.warning("task %s (%s) ran out of memory (limit %d bytes)", task_id, kind, memory_limit)
+            outcome = _out_of_memory(kind, memory_limit)
         try:
             conn.send(Reply(task_id, outcome))
         except (EOFError, OSError):
