@@ -106,11 +106,15 @@ def process_cpu(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def offer(name: str, url: str, token: str, requests: list[tuple[str, str, bytes]], rate: float,
+async def offer(name: str, url: str | list[str], token: str, requests: list[tuple[str, str, bytes]], rate: float,
                 connections: int, ok: tuple[int, ...], server_pid: int | None = None) -> Result:
-    host, port = url.removeprefix("http://").split(":")
+    """``requests`` sent open loop at ``rate`` per second over ``connections`` kept-alive connections
+    (spread round robin over ``url``'s servers when it lists several); latency counts from the moment
+    a request was due."""
+    urls = [url] if isinstance(url, str) else url
     pool: asyncio.Queue[Connection] = asyncio.Queue()
-    for _ in range(connections):
+    for i in range(connections):
+        host, port = urls[i % len(urls)].removeprefix("http://").split(":")
         pool.put_nowait(Connection(host, int(port)))
     result = Result(name, rate)
 

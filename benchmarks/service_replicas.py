@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from load_service import Connection, Result, chain, table  # noqa: E402
+from load_service import Result, chain, offer, table  # noqa: E402
 
 PG = "postgresql+psycopg://postgres@127.0.0.1:5432/test"
 
@@ -168,38 +168,9 @@ def long_body(seed: int, seconds: float, wait: float) -> bytes:
 async def cached_reads(urls: list[str], token: str, ids: list[str], rate: float, duration: float,
                        connections: int) -> Result:
     """``offer`` of load_service.py over several replicas: connections spread round robin."""
-    pool: asyncio.Queue[Connection] = asyncio.Queue()
-    for i in range(connections):
-        host, port = urls[i % len(urls)].removeprefix("http://").split(":")
-        pool.put_nowait(Connection(host, int(port)))
-    result = Result(f"cached GET /v1/plans/{{id}} ({len(urls)} replicas)", rate)
-
-    async def one(due: float, path: str) -> None:
-        conn = await pool.get()
-        try:
-            status, _ = await conn.request("GET", path, b"", token)
-            key = None if status == 200 else str(status)
-        except (OSError, ConnectionError, asyncio.IncompleteReadError) as exc:
-            conn.writer = None
-            key = type(exc).__name__
-        finally:
-            pool.put_nowait(conn)
-        if key is None:
-            result.latencies.append(time.perf_counter() - due)
-        else:
-            result.errors[key] = result.errors.get(key, 0) + 1
-
-    n = int(rate * duration)
-    start = time.perf_counter()
-    tasks = []
-    for i in range(n):
-        due = start + i / rate
-        if (delay := due - time.perf_counter()) > 0:
-            await asyncio.sleep(delay)
-        tasks.append(asyncio.create_task(one(due, f"/v1/plans/{ids[i % len(ids)]}")))
-    await asyncio.gather(*tasks)
-    result.wall = time.perf_counter() - start
-    return result
+    gets = [("GET", f"/v1/plans/{ids[i % len(ids)]}", b"") for i in range(int(rate * duration))]
+    return await offer(f"cached GET /v1/plans/{{id}} ({len(urls)} replicas)", urls, token, gets, rate, connections,
+                       (200,))
 
 
 async def new_plans(urls: list[str], token: str, count: int, clients: int, first_seed: int) -> Result:
