@@ -96,12 +96,15 @@ class RateLimitMiddleware:
     def __init__(self, app: ASGIApp, rate: float, burst: int) -> None:
         self.app = app
         self.buckets = Buckets(rate, burst)
+        self._shared: SharedBuckets | None = None  # made at the first request: the database comes with the app
 
     async def _wait(self, scope: Scope) -> float:
         """Seconds until this request's bucket holds one; shared buckets when the replicas share jobs."""
         services = getattr(scope["app"].state, "services", None)
         if services is not None and services.settings.job_queue == "postgresql":
-            shared = SharedBuckets(services.db, self.buckets.rate, self.buckets.burst)
+            if self._shared is None or self._shared.db is not services.db:
+                self._shared = SharedBuckets(services.db, self.buckets.rate, self.buckets.burst)
+            shared = self._shared
             return float(await services.db.quick(lambda: shared.take(_key(scope))))
         return self.buckets.take(_key(scope))
 

@@ -50,12 +50,13 @@ class RequestIdSpan:
     """Puts the request's ID (:data:`pipeplan.api.logs.request_id`) on the request's span."""
 
     def __init__(self, app: ASGIApp) -> None:
+        from opentelemetry import trace  # here, not per request: instrument() has checked it is installed
+
         self.app = app
+        self._current_span = trace.get_current_span
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        from opentelemetry import trace
-
-        span = trace.get_current_span()
+        span = self._current_span()
         rid = request_id.get()
         if rid and span.is_recording():
             span.set_attribute("pipeplan.request_id", rid)
