@@ -1,7 +1,7 @@
 """The cluster registry: stored specs, base loads, reservations, and the state plans see.
 
 A registered cluster's state is its stored spec with each device's load combined with the loads of
-reserved plans (:mod:`pipeplan.api.reservations`).  Built-in clusters (``planner/clusters``) can be read and
+reserved plans (:mod:`pipeplan.api.reservations`).  Built-in clusters (``costmodel/clusters``) can be read and
 planned on by name, but they hold no reservations: register one (``PUT``) to track its load.
 A state is cached per (name, revision, created_at); every change bumps the revision, and a cluster
 deleted and registered again starts at revision 1 with a new ``created_at``.
@@ -25,8 +25,8 @@ from pipeplan.api.errors import ApiError
 from pipeplan.api.keys import canonical, digest_of
 from pipeplan.api.reservations import combine
 from pipeplan.api.tables import ClusterRow, ReservationRow, utcnow
+from pipeplan.costmodel.cluster import Cluster, ClusterError, builtin_clusters, load_cluster
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.planner.cluster import Cluster, ClusterError, builtin_clusters, load_cluster
 
 __all__ = ["ClusterState", "Registry"]
 

@@ -159,7 +159,7 @@ def _cost_model(spec: str) -> Any:
 
 
 def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
-    from pipeplan.planner.cluster import Cluster
+    from pipeplan.costmodel.cluster import Cluster
     from pipeplan.planner.ilp import SolverOptions
     from pipeplan.planner.problem import PlanOptions, Problem
 

@@ -22,11 +22,11 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions, run_plan
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanOptions, Problem

@@ -24,11 +24,11 @@ import tempfile
 import time
 from pathlib import Path
 
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import RunOptions, run_plan
 from pipeplan.planner.baselines import time_balanced
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.problem import PlanOptions, Problem
 
 SMALL = ["mlp", "rescnn", "tinygpt", "inception", *(f"tests.tiny_models:{f}" for f in (

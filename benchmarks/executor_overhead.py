@@ -38,13 +38,13 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, SplitPoint, pipeline
 
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.zoo import build_model, capture_model
 from pipeplan.executor import RunOptions, run_plan
 from pipeplan.executor.launch import free_port
 from pipeplan.executor.schedule import TimedSchedule
 from pipeplan.executor.source import batch_inputs, rebuild
 from pipeplan.executor.stages import split_program
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import make_plan

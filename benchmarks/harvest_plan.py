@@ -16,9 +16,9 @@ from __future__ import annotations
 import argparse
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.units import format_bytes, format_seconds
 from pipeplan.costmodel.zoo import capture_model
-from pipeplan.planner.cluster import Cluster, load_cluster
 from pipeplan.planner.harvest import HarvestOptions
 from pipeplan.planner.harvest_solve import solve_harvest
 from pipeplan.planner.ilp import SolverOptions, solve

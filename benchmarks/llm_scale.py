@@ -62,10 +62,10 @@ def _tie_seconds(passes: list[str]) -> float:
 def plan_one(graph_path: str, cluster: str, time_limit: float, gap: float, workers: int,
              microbatches: int) -> dict[str, Any]:
     """Plan one saved graph on one cluster (run in a child process); a JSON-able row."""
+    from pipeplan.costmodel.cluster import load_cluster
     from pipeplan.costmodel.graph import ModelGraph
     from pipeplan.costmodel.memory import stage_memory
     from pipeplan.planner.baselines import best_baseline
-    from pipeplan.planner.cluster import load_cluster
     from pipeplan.planner.ilp import SolverOptions, solve
     from pipeplan.planner.problem import PlanOptions, Problem
 

@@ -37,10 +37,10 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.planner.baselines import BASELINES
-from pipeplan.planner.cluster import Cluster, load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.problem import CommMode, PlanError, PlanOptions, Problem
 

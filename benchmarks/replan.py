@@ -20,10 +20,10 @@ import argparse
 import time
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.units import format_bytes, format_seconds
 from pipeplan.costmodel.zoo import capture_model
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.migration import DEFAULT_RELOAD, Horizon
 from pipeplan.planner.plan import Plan

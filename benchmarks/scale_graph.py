@@ -26,9 +26,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster
 
 __all__ = ["HOSTS", "PER_HOST", "moe_decoder", "pod_cluster"]
 

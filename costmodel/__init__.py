@@ -23,7 +23,7 @@ _EXPORTS = {
     "LearnedCostModel": "pipeplan.costmodel.learned",
     "load_cost_model": "pipeplan.costmodel.registry",
     "capture": "pipeplan.costmodel.capture",
-    "register_flop_formula": "pipeplan.costmodel.capture_ops",
+    "register_flop_formula": "pipeplan.costmodel.capture.ops",
     "parse_granularity": "pipeplan.costmodel.capture",
     "GraphError": "pipeplan.costmodel.graph",
     "Layer": "pipeplan.costmodel.graph",

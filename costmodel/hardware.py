@@ -3,7 +3,7 @@ link between two devices.
 
 These types live in ``costmodel`` (not ``planner``) because a cost model predicts the time of a
 layer *on a device under a load* and of a tensor *over a link*; the planner's
-:class:`pipeplan.planner.cluster.Cluster` is built from them (which devices, which link joins each pair).
+:class:`pipeplan.costmodel.cluster.Cluster` is built from them (which devices, which link joins each pair).
 """
 
 from __future__ import annotations

@@ -13,10 +13,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pipeplan.costmodel.cluster import Cluster, ClusterError, load_cluster
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.executor.errors import PlanMismatchError
 from pipeplan.executor.schedule import SCHEDULES, ScheduleName
-from pipeplan.planner.cluster import Cluster, ClusterError, load_cluster
 from pipeplan.planner.plan import Plan
 
 __all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "Transport", "choose_transport", "parse_loads",

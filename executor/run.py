@@ -26,6 +26,7 @@ from typing import Any
 from torch import nn
 
 from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
@@ -34,7 +35,6 @@ from pipeplan.executor.options import RunOptions, RunSetup, resolve
 from pipeplan.executor.report import RunReport, build_report
 from pipeplan.executor.source import rebuild
 from pipeplan.executor.validate import check_plan
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.plan import Plan
 
 __all__ = ["feed_back", "repredict", "run_plan"]

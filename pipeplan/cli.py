@@ -17,8 +17,8 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from pipeplan.costmodel.base import CostModel
+    from pipeplan.costmodel.cluster import Cluster
     from pipeplan.costmodel.graph import ModelGraph
-    from pipeplan.planner.cluster import Cluster
     from pipeplan.planner.harvest import HarvestOptions
     from pipeplan.planner.ilp import SolverOptions
     from pipeplan.planner.plan import Plan
@@ -213,8 +213,8 @@ def _table_graph(args: argparse.Namespace) -> ModelGraph:
 
 
 def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
+    from pipeplan.costmodel.cluster import load_cluster
     from pipeplan.costmodel.hardware import Contention
-    from pipeplan.planner.cluster import load_cluster
 
     cluster = load_cluster(spec)
     for item in loads:
@@ -251,13 +251,13 @@ def cmd_graph(args: argparse.Namespace) -> None:
 def cmd_cluster(args: argparse.Namespace) -> None:
     import json
 
-    from pipeplan.planner.cluster import builtin_clusters
+    from pipeplan.costmodel.cluster import builtin_clusters
     from pipeplan.render import cluster_table, links_table
 
     if args.detect:
         if args.spec:
             raise CliError(f"--detect describes this machine: give no SPEC ({args.spec!r}), or drop --detect")
-        from pipeplan.planner.detect import detect_cluster
+        from pipeplan.costmodel.cluster_detect import detect_cluster
 
         _console().print("measuring this machine's devices (fp32 matmul and copy, a few seconds each) …")
         cluster = detect_cluster(args.name, gpus=not args.no_gpus)

@@ -5,10 +5,10 @@ from __future__ import annotations
 from rich.table import Table
 
 from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.units import format_bytes, format_flops, format_seconds
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.plan import Plan
 
 __all__ = ["cluster_table", "device_times_table", "graph_table", "layer_times_table", "links_table", "loans_table",

@@ -15,9 +15,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
+from pipeplan.costmodel.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
 from pipeplan.planner.baselines import BASELINES, best_baseline
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, Stage
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 from pipeplan.planner.simulate import evaluate, make_plan, violation

@@ -15,7 +15,7 @@ solve and named:
 - layers pinned to one device must share it, so they form a group too, and its hull comes along.
 
 >>> from pipeplan.planner.builder import GraphBuilder
->>> from pipeplan.planner.cluster import load_cluster
+>>> from pipeplan.costmodel.cluster import load_cluster
 >>> b = GraphBuilder("chain")
 >>> for i in range(4):
 ...     b.layer(f"l{i}", inputs={f"l{i - 1}": 1} if i else {})
@@ -37,8 +37,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import networkx as nx
 
 if TYPE_CHECKING:
+    from pipeplan.costmodel.cluster import Cluster
     from pipeplan.costmodel.graph import ModelGraph
-    from pipeplan.planner.cluster import Cluster
 
 __all__ = ["Pin", "Placement", "PlacementError", "PlacementRules", "pins_of", "resolve"]
 

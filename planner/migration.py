@@ -26,12 +26,14 @@ The cost model (``docs/planner.md``, "Re-planning with migration cost"):
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, NamedTuple
 
+from pipeplan.costmodel.hardware import Link
 from pipeplan.costmodel.units import UnitError, parse_rate, parse_seconds
 from pipeplan.planner.problem import PlanError, Problem
 
@@ -61,6 +63,11 @@ class Reload:
         if not (math.isfinite(self.latency) and self.latency >= 0):
             raise PlanError(f"the reload latency must be a non-negative number of seconds, got {self.latency!r}")
 
+    @functools.cached_property
+    def link(self) -> Link:
+        """The path reloaded bytes take, priced by the same rule as every link of the cluster."""
+        return Link(bandwidth=self.bandwidth, latency=self.latency)
+
     @classmethod
     def of(cls, bandwidth: float | str, latency: float | str = 0.0, shared: bool = False) -> Reload:
         """From numbers or human-written quantities (``"2GB/s"``, ``"1ms"``)."""
@@ -70,7 +77,7 @@ class Reload:
             raise PlanError(f"reload source: {exc}") from None
 
     def time(self, nbytes: int) -> float:
-        return self.latency + nbytes / self.bandwidth if nbytes else 0.0
+        return self.link.time(nbytes)
 
 
 # Host memory to a device over PCIe 4.0 x16 in practice; a user with slower storage names it.

@@ -43,9 +43,9 @@ from typing import Literal
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.base import CostModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.memory import LivenessError, planner_terms
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.constraints import Pin, Placement, PlacementError, PlacementRules, pins_of, resolve
 
 __all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem", "TransferRule"]

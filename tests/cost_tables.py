@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeplan.planner.cluster import Cluster
+from pipeplan.costmodel.cluster import Cluster
 
 
 def two_types() -> Cluster:

@@ -11,8 +11,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.graph import ModelGraph
-from pipeplan.planner.cluster import Cluster, load_cluster
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import make_plan

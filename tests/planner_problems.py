@@ -8,8 +8,8 @@ from typing import Any
 from hypothesis import strategies as st
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.ilp import SolverOptions
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import PlanOptions, Problem

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import make_plan

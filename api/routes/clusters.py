@@ -16,7 +16,7 @@ from pipeplan.api.registry import ClusterState
 from pipeplan.api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
 from pipeplan.api.schemas.common import NAME_PATTERN
 from pipeplan.api.tables import ClusterRow
-from pipeplan.planner.cluster import builtin_clusters
+from pipeplan.costmodel.cluster import builtin_clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
 

@@ -8,15 +8,15 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from pipeplan.api.schemas.common import TextChecked
+from pipeplan.costmodel.cluster import ClusterSpec
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.planner.cluster import ClusterSpec
 
 __all__ = ["ClusterList", "ClusterPublic", "ClusterPut", "ClusterSummary", "DevicePatch", "DeviceState",
            "Reservation"]
 
 
 class ClusterPut(ClusterSpec, TextChecked):
-    """A cluster spec (pipeplan.planner.cluster); its name is the URL's, so ``name`` may be left out."""
+    """A cluster spec (pipeplan.costmodel.cluster); its name is the URL's, so ``name`` may be left out."""
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Discriminator, Field, SkipValidation
 
 from pipeplan.api.schemas.graph import GraphDoc
 from pipeplan.api.text import check_text
-from pipeplan.planner.cluster import ClusterSpec
+from pipeplan.costmodel.cluster import ClusterSpec
 
 __all__ = [
     "NAME_PATTERN", "ClusterRef", "ErrorItem", "ErrorResponse", "GraphModelRef", "ModelRef", "Name",

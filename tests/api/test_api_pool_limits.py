@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from pipeplan.api.pool import Limits, Outcome, Task, WorkerPool, resident_bytes
-from pipeplan.planner.cluster import Cluster
+from pipeplan.costmodel.cluster import Cluster
 from tests.api.api_factories import chain_graph, cluster_spec, wide_graph
 
 _OPTIONS = {"objective": "throughput", "comm": "overlap", "microbatches": 4, "memory_margin": 0.1,

@@ -1,7 +1,7 @@
 """The examples in pipeplan's docstrings run as tests: one test per module that has any.
 
 pytest's ``--doctest-modules`` collects files by path and would import ``planner/ilp.py`` as a
-top-level ``pipeplan.planner.ilp``; the packages live under one namespace (``pipeplan.planner``), so the
+top-level ``planner.ilp``; the packages live under one namespace (``pipeplan.planner``), so the
 examples are found here by module name instead.
 """
 

@@ -10,10 +10,10 @@ import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.calibration import WINDOW, CalibratedCostModel, CalibrationStore, Observation, device_key
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions, run_plan
-from pipeplan.planner.cluster import load_cluster
 from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
 

@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture, capture_program
-from pipeplan.costmodel.capture_ops import _FORMULAS, register_flop_formula
+from pipeplan.costmodel.capture.ops import _FORMULAS, register_flop_formula
 from pipeplan.executor import split_program
 
 # -- custom operators ------------------------------------------------------------------------

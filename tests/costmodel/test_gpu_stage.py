@@ -6,12 +6,12 @@ from __future__ import annotations
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.dataset import contention_features, contention_from_row
 from pipeplan.costmodel.gpu import GpuCostModel, GpuParams
 from pipeplan.costmodel.graph import Layer, ModelGraph
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.timeslice import SharingParams
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import evaluate, stage_times
 

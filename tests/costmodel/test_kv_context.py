@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.source import capture_source
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import evaluate
 from tests.cli_run import run

@@ -13,13 +13,13 @@ import numpy as np
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.dataset import read_dataset
 from pipeplan.costmodel.estimators import held_out_split
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model, cpu_name
 from pipeplan.costmodel.learned import LearnedCostModel, ModelFileError
 from pipeplan.costmodel.registry import SHIPPED, SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model, shipped_for
 from pipeplan.costmodel.zoo import capture_model
-from pipeplan.planner.cluster import load_cluster
 
 
 @pytest.fixture(scope="module")

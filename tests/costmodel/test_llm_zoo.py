@@ -73,7 +73,7 @@ def test_kv_bytes_per_token_by_owning_layer() -> None:
 
 @pytest.mark.slow
 def test_13b_fits_the_heterogeneous_cluster_it_was_refused_on() -> None:
-    from pipeplan.planner.cluster import load_cluster
+    from pipeplan.costmodel.cluster import load_cluster
     from pipeplan.planner.problem import Problem
 
     graph = capture_model("llama-13b", 4, seq_len=1024)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
 from pipeplan.costmodel.memory import kv_cache_bytes, liveness, planner_terms, stage_memory
 from pipeplan.costmodel.zoo import capture_model
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 
 

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer, ProfileTableError
 from pipeplan.costmodel.profiled import ProfiledCostModel
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor.profile_model import ModelProfileSettings, profile_source
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.problem import PlanOptions, Problem
 from tests.cli_run import run

@@ -17,10 +17,10 @@ from torch import nn
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.capture import capture
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import OutputMismatchError, RunOptions, run_plan
 from pipeplan.planner.baselines import uniform
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanOptions, Problem

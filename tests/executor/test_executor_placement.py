@@ -83,7 +83,7 @@ def test_more_gpus_than_the_machine_has_is_refused(tmp_path: Path) -> None:
 
 
 def test_a_device_cannot_be_cores_and_a_gpu(tmp_path: Path) -> None:
-    from pipeplan.planner.cluster import ClusterError, load_cluster
+    from pipeplan.costmodel.cluster import ClusterError, load_cluster
 
     spec = _spec(tmp_path / "c.yaml", [_gpu(0, "gpu: 0, cores: [0]"), _gpu(1), _gpu(2)])
     with pytest.raises(ClusterError, match=r"device 'cpu0': give either 'cores' .* or 'gpu' .*, not both"):

@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 
 from pipeplan.cli import main as pipeplan
+from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import PlanMismatchError, RunOptions, StageFailure, run_plan, split_program
 from pipeplan.executor.launch import free_port
 from pipeplan.executor.source import rebuild
 from pipeplan.planner.baselines import uniform
-from pipeplan.planner.cluster import Cluster, load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanOptions, Problem

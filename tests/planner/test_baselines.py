@@ -12,6 +12,7 @@ from collections.abc import Iterator
 
 import pytest
 
+from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.planner.baselines import (
     BASELINES,
@@ -22,7 +23,6 @@ from pipeplan.planner.baselines import (
     time_balanced,
     uniform,
 )
-from pipeplan.planner.cluster import Cluster, load_cluster
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import evaluate, violation

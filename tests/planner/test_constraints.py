@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.planner.baselines import chain_dp, uniform
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem

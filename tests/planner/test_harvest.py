@@ -15,9 +15,9 @@ import itertools
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.harvest import HarvestOptions
 from pipeplan.planner.harvest_score import Lending, score
 from pipeplan.planner.harvest_solve import solve_harvest

@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.planner.baselines import BASELINES, chain_dp
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 from pipeplan.planner.simulate import violation

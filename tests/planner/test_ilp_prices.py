@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-
-import pipeplan.planner.ilp_scale as scale
-from pipeplan.planner.cluster import Cluster
-from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
 from pipeplan.planner.ilp_bound import BoundProgram
 from pipeplan.planner.ilp_prices import Prices
+
+import pipeplan.planner.ilp_scale as scale
+from pipeplan.costmodel.cluster import Cluster
+from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import relative_gap
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem

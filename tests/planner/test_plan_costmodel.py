@@ -11,13 +11,13 @@ from pathlib import Path
 
 import pytest
 
+from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.provenance import load_recorded_cost_model
 from pipeplan.costmodel.registry import SHIPPED, load_cost_model
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions
 from pipeplan.executor.options import resolve
 from pipeplan.executor.run import repredict
-from pipeplan.planner.cluster import load_cluster
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import make_plan

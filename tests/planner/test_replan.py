@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.planner.builder import GraphBuilder
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.ilp import SolverOptions
 from pipeplan.planner.migration import STORAGE, Horizon, MigrationCost, Move, Reload
 from pipeplan.planner.plan import Plan

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph
-from pipeplan.planner.cluster import Cluster
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 from pipeplan.planner.simulate import evaluate, make_plan, stage_times, violation

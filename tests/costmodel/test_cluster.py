@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
+from pipeplan.costmodel.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.planner.cluster import Cluster, ClusterError, Link, builtin_clusters, load_cluster
 
 BUILTINS = ["4xa100-nvlink", "8gpu-2hosts", "hetero-a100-t4", "local-cpu"]
 

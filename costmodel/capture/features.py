@@ -10,7 +10,7 @@ zero FLOPs for ``scaled_dot_product_attention``.  :func:`register_extra_flop_for
 standard formula (the one the counter already uses for the CUDA kernels) for that kernel; it runs
 on import, so totals taken with ``FlopCounterMode`` anywhere in the process include attention.
 Operators the counter has no formula for at all (custom ones) are handled in
-:mod:`pipeplan.costmodel.capture_ops`: a formula registered by name, the op's Python body, or a warning.
+:mod:`pipeplan.costmodel.capture.ops`: a formula registered by name, the op's Python body, or a warning.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipeplan.costmodel.capture_ops import UncountedOps, body_flops, flop_formulas
+from pipeplan.costmodel.capture.ops import UncountedOps, body_flops, flop_formulas
 
 __all__ = [
     "KINDS",
@@ -93,7 +93,7 @@ class _FlopInterpreter(torch.fx.Interpreter):
     """Runs a graph node by node, each under its own FlopCounterMode.
 
     Per node it also keeps the foreign operators that ran without a FLOP formula
-    (:mod:`pipeplan.costmodel.capture_ops`); a ``custom_op`` with no formula is counted from its Python
+    (:mod:`pipeplan.costmodel.capture.ops`); a ``custom_op`` with no formula is counted from its Python
     body when that body runs on fake tensors.
     """
 

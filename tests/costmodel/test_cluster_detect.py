@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.planner.cluster import load_cluster
-from pipeplan.planner.detect import GpuLink, detect_cluster, gpu_pair_link, pcie_bandwidth
+from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster_detect import GpuLink, detect_cluster, gpu_pair_link, pcie_bandwidth
 from tests.cli_run import run
 
 

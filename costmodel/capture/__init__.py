@@ -43,9 +43,9 @@ import torch
 from torch import nn
 from torch.export.graph_signature import InputKind
 
-from pipeplan.costmodel.capture_ops import report_uncounted
-from pipeplan.costmodel.capture_owners import Owners
-from pipeplan.costmodel.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
+from pipeplan.costmodel.capture.features import OpStats, module_kind, op_kind, op_name, op_stats, tensor_bytes
+from pipeplan.costmodel.capture.ops import report_uncounted
+from pipeplan.costmodel.capture.owners import Owners
 from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
 
 __all__ = ["CaptureError", "CapturedProgram", "capture", "capture_program", "parse_granularity"]

@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.hardware import Device
-from pipeplan.planner.cluster import Cluster
 
 __all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth"]
 
