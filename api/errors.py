@@ -1,8 +1,14 @@
-"""Error answers: one shape for all of them, and never a 500 for a client's mistake.
+"""Error answers: one shape for all of them, never a 500 for a client's mistake, and never a 4xx for ours.
 
 Every error body is FastAPI's validation shape, ``{"detail": [{"loc": [...], "msg": ..., "type": ...}]}``,
 so a client reads the field at fault (``loc``) the same way for a schema violation, an unknown
 cluster or a model that does not fit.
+
+Whose fault an error is follows its class: the service's own checks raise :class:`ApiError` (a 4xx);
+a job whose worker raised a :class:`~pipeplan.errors.UserError` (the planner's and cost model's
+errors about the request) fails with a 422 carrying its message (:func:`job_failure`); anything else
+— a bare ``ValueError`` from numpy, a broken invariant — is a 500 whose traceback goes to the log
+and whose answer names only the exception's class.
 """
 
 from __future__ import annotations
@@ -19,16 +25,18 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from pipeplan.api.keys import finite
+from pipeplan.api.tasks import Outcome
 from pipeplan.api.text import safe_text
+from pipeplan.errors import UserError
 
-__all__ = ["USER_ERRORS", "ApiError", "DatabaseLossMiddleware", "error_body", "install_handlers", "loc_for_error",
-           "user_label"]
+__all__ = ["ApiError", "DatabaseLossMiddleware", "error_body", "install_handlers", "is_user_error", "job_failure",
+           "loc_for_error", "user_label"]
 
 log = logging.getLogger(__name__)
 
 Loc = Sequence[str | int]
 
-# Where a planner error points in a plan request: the part of the body the error is about.
+# Where a worker's UserError points in a request: the part of the body the error is about (others: the body).
 _ERROR_LOC: dict[str, tuple[str, ...]] = {
     "GraphError": ("body", "model", "graph"),
     "ZooError": ("body", "model"),
@@ -41,8 +49,8 @@ _ERROR_LOC: dict[str, tuple[str, ...]] = {
     "MemoryLimit": ("body",),  # the request needs more memory than a job may hold (PIPEPLAN_JOB_MEMORY)
 }
 
-# Planner errors that are the request's fault (a 422), as a job records their class.
-USER_ERRORS = frozenset(_ERROR_LOC) | {"ValueError"}
+# Failures that are no one's mistake in the request, and may pass: a 503 with Retry-After.
+_UNAVAILABLE = frozenset({"WorkerDied", "Timeout", "QueueFull", "Restarted"})
 
 
 class ApiError(StarletteHTTPException):
@@ -59,6 +67,46 @@ class ApiError(StarletteHTTPException):
 def loc_for_error(error_type: str | None) -> list[str]:
     """The body location a planner error of class ``error_type`` is about."""
     return list(_ERROR_LOC.get(error_type or "", ("body",)))
+
+
+def is_user_error(error_type: str | None) -> bool:
+    """Whether a job that failed with ``error_type`` (as its row records it) failed for the request's
+    fault: a :class:`~pipeplan.errors.UserError` subclass (those this process has imported, and those
+    :data:`_ERROR_LOC` names), or a request too big for a worker's memory."""
+    if not error_type:
+        return False
+    if error_type in _ERROR_LOC:
+        return True
+    todo: list[type[UserError]] = [UserError]
+    while todo:
+        cls = todo.pop()
+        if cls.__name__ == error_type:
+            return True
+        todo.extend(cls.__subclasses__())
+    return False
+
+
+def job_failure(outcome: Outcome, what: str, extra: dict[str, Any] | None = None,
+                retry_after: int | None = None) -> ApiError:
+    """The answer to a job (``what``: "job ID", "the prediction") that failed with ``outcome``: a 409 when
+    it was cancelled, a 422 naming the field when the request was at fault, a 503 when trying again
+    may help (with ``Retry-After: retry_after`` when given), else a 500.
+
+    >>> job_failure(Outcome(False, error="no plan fits", error_type="PlanError", user_error=True), "job j").status_code
+    422
+    >>> job_failure(Outcome(False, error="internal error (ValueError)", error_type="ValueError"), "job j").status_code
+    500
+    """
+    kind = outcome.error_type
+    if kind == "Cancelled":
+        return ApiError(409, f"{what} was cancelled: {outcome.error}", [], "cancelled", extra=extra)
+    if outcome.user_error:
+        return ApiError(422, outcome.error or "the request cannot be planned", loc_for_error(kind),
+                        kind or "value_error")
+    if kind in _UNAVAILABLE:
+        headers = {"Retry-After": str(retry_after)} if retry_after is not None else None
+        return ApiError(503, f"{what} failed: {outcome.error}", [], kind, headers=headers, extra=extra)
+    return ApiError(500, f"{what} failed: {outcome.error}", [], kind or "internal_error", extra=extra)
 
 
 def _safe_loc(loc: Loc) -> list[str | int]:

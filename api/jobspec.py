@@ -6,9 +6,14 @@ takes (the key's parts, the graph to save, the cluster to reserve on, the owner)
 pool keeps it in memory; the durable queue stores it in the job's row (``jobs.spec``) so that a
 ``pipeplan worker`` on another machine can run the job and record it with :func:`record_outcome`.
 
->>> spec = JobSpec(kind="plan", payload={"cluster": {}}, timeout=10.0, timeout_note="", key_parts=["c", "m", {}, {}],
-...                graph=None, digest="d", zoo_key=None, cluster="x", registered=False, revision=None,
-...                costmodel_name="analytic", request={}, reserve=False, owner="me")
+>>> from pipeplan.api.payloads import PlanPayload, SolverLimits
+>>> from pipeplan.costmodel.cluster import load_cluster
+>>> from pipeplan.planner.problem import PlanOptions
+>>> payload = PlanPayload(load_cluster("local-cpu"), "analytic", "analytic", PlanOptions(microbatches=2),
+...                       SolverLimits(5.0, 1, 0, 0.0), graph_text="{}")
+>>> spec = JobSpec(kind="plan", payload=payload, timeout=10.0, timeout_note="",
+...                key_parts=KeyParts("c", "m", {}, {}), graph=None, digest="d", zoo_key=None, cluster="x",
+...                registered=False, revision=None, costmodel_name="analytic", request={}, reserve=False, owner="me")
 >>> JobSpec.from_json(spec.to_json()) == spec
 True
 """
@@ -17,19 +22,23 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from pipeplan.api.database import Database
-from pipeplan.api.keys import canonical, request_key
+from pipeplan.api.keys import KeyParts, canonical, request_key
+from pipeplan.api.payloads import PlanPayload
 from pipeplan.api.registry import Registry
 from pipeplan.api.store import finish_job, new_id, save_graph
 from pipeplan.api.tables import JobRow, PlanRow
 from pipeplan.api.tasks import Outcome
+
+if TYPE_CHECKING:
+    from pipeplan.api.resolve import Prepared
 
 __all__ = ["Fence", "JobSpec", "record_outcome", "reserve_plan"]
 
@@ -39,10 +48,10 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class JobSpec:
     kind: str  # plan | compare
-    payload: dict[str, Any]  # what pipeplan.api.worker.run takes
+    payload: PlanPayload  # what pipeplan.api.worker.run takes
     timeout: float  # seconds the job may take, everything included
     timeout_note: str
-    key_parts: list[Any]  # cluster digest, cost model identity, options, solver
+    key_parts: KeyParts
     graph: dict[str, Any] | None  # an uploaded graph: digest, doc, model, layers, edges
     digest: str | None  # the graph's, when known before the job
     zoo_key: str | None
@@ -56,22 +65,24 @@ class JobSpec:
     request_id: str | None = field(default=None)  # the request that made the job, for the worker's logs
 
     @classmethod
-    def of(cls, prep: Any, payload: dict[str, Any], request_id: str | None = None) -> JobSpec:
+    def of(cls, prep: Prepared, payload: PlanPayload, request_id: str | None = None) -> JobSpec:
         """The spec of :class:`pipeplan.api.resolve.Prepared` ``prep`` with worker payload ``payload``."""
         graph = None
         if prep.graph is not None:
             g = prep.graph
             graph = {"digest": g.digest, "doc": g.doc, "model": g.model, "layers": g.layers, "edges": g.edges}
         return cls(kind=prep.kind, payload=payload, timeout=prep.timeout, timeout_note=prep.timeout_note,
-                   key_parts=list(prep.key_parts), graph=graph, digest=prep.digest, zoo_key=prep.zoo_key,
+                   key_parts=prep.key_parts, graph=graph, digest=prep.digest, zoo_key=prep.zoo_key,
                    cluster=prep.cluster.name, registered=prep.cluster.registered, revision=prep.cluster.revision,
                    costmodel_name=prep.costmodel_name, request=prep.request, reserve=prep.reserve, owner=prep.owner,
                    request_id=request_id)
 
     def to_json(self) -> str:
-        doc = asdict(self)
-        if self.graph is not None and doc["payload"].get("graph_text") == self.graph["doc"]:
-            doc["payload"] = {k: v for k, v in doc["payload"].items() if k != "graph_text"}  # stored once
+        doc = {f.name: getattr(self, f.name) for f in fields(self)}
+        payload = self.payload.to_json()
+        if self.graph is not None and payload.get("graph_text") == self.graph["doc"]:
+            del payload["graph_text"]  # stored once
+        doc["payload"] = payload
         return json.dumps(doc, separators=(",", ":"))
 
     @classmethod
@@ -79,6 +90,7 @@ class JobSpec:
         doc = json.loads(text)
         if doc["graph"] is not None and "zoo" not in doc["payload"]:
             doc["payload"]["graph_text"] = doc["graph"]["doc"]
+        doc["payload"], doc["key_parts"] = PlanPayload.from_json(doc["payload"]), KeyParts(*doc["key_parts"])
         return cls(**doc)
 
 
@@ -128,7 +140,8 @@ def record_outcome(db: Database, registry: Registry, spec: JobSpec, job_id: str,
         return outcome, None, False
     except Exception as exc:
         log.exception("could not record the end of job %s", job_id)
-        failed = Outcome(False, error=f"could not store the result: {exc}", error_type=type(exc).__name__)
+        failed = Outcome(False, error=f"could not store the result ({type(exc).__name__}); the service logged it",
+                         error_type=type(exc).__name__)
         try:
             with db.write() as session:
                 _check_fence(session, job_id, fence)

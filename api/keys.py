@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["canonical", "digest_of", "digest_text", "finite", "request_key", "zoo_key"]
+__all__ = ["KeyParts", "canonical", "digest_of", "digest_text", "finite", "request_key", "zoo_key"]
 
 KEY_VERSION = 1  # bump when what a key covers changes, so old plans are not served for new meanings
 
@@ -55,6 +55,15 @@ def zoo_key(name: str, batch: int, granularity: str, seq_len: int | None, image_
     if kv_context is not None:
         doc["kv_context"] = kv_context
     return digest_of(doc)
+
+
+class KeyParts(NamedTuple):
+    """What a request's key covers besides its kind and its graph, in :func:`request_key`'s order."""
+
+    cluster: str  # the digest of the cluster's state
+    costmodel: str  # the cost model's identity (a learned model's file digest)
+    options: dict[str, Any]  # the plan options as the request schema dumps them
+    solver: dict[str, Any]  # the solver's limits (pipeplan.api.payloads.SolverLimits.key)
 
 
 def request_key(kind: str, graph: str, cluster: str, costmodel: str, options: dict[str, Any],

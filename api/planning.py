@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from pipeplan.api.database import Database
-from pipeplan.api.errors import USER_ERRORS, ApiError, loc_for_error
+from pipeplan.api.errors import ApiError, is_user_error, job_failure
 from pipeplan.api.idempotency import Claim, claim, fingerprint, record, scope_key
 from pipeplan.api.jobspec import JobSpec, record_outcome, reserve_plan
 from pipeplan.api.keys import canonical
@@ -88,7 +88,7 @@ def _finished_of(row: JobRow) -> _Finished:
         value = {"comparison": json.loads(row.result)} if row.result else {}
         return _Finished(Outcome(True, value=value), row.plan_id)
     return _Finished(Outcome(False, error=row.error, error_type=row.error_type,
-                             user_error=(row.error_type or "") in USER_ERRORS))
+                             user_error=is_user_error(row.error_type)))
 
 
 class Planning:
@@ -351,15 +351,7 @@ class Planning:
             return Answer(202, view, {"Location": f"/v1/jobs/{job_id}"}, job_id=job_id)
         outcome = finished.outcome
         if not outcome.ok:
-            if outcome.error_type == "Cancelled":
-                raise ApiError(409, f"job {job_id} was cancelled: {outcome.error}", [], "cancelled",
-                               extra={"job": f"/v1/jobs/{job_id}"})
-            if outcome.user_error:
-                raise ApiError(422, outcome.error or "the request cannot be planned",
-                               loc_for_error(outcome.error_type), outcome.error_type or "value_error")
-            raise ApiError(503 if outcome.error_type in ("WorkerDied", "Timeout", "QueueFull", "Restarted") else 500,
-                           f"job {job_id} failed: {outcome.error}", [], outcome.error_type or "internal_error",
-                           extra={"job": f"/v1/jobs/{job_id}"})
+            raise job_failure(outcome, f"job {job_id}", extra={"job": f"/v1/jobs/{job_id}"})
         if kind == "compare":
             return Answer(200, {"job_id": job_id, "cached": attached, "comparison": outcome.value["comparison"]},
                           job_id=job_id)

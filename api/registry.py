@@ -168,7 +168,7 @@ class Registry:
                            [*loc, "devices"])
         try:
             cluster = Cluster.from_dict(spec)
-        except (ClusterError, ValueError) as exc:
+        except ClusterError as exc:
             raise ApiError(422, str(exc), loc) from None
         for i, device in enumerate(cluster.devices):
             # The ILP's capacities are int64 (CP-SAT): 4 EiB is beyond any device.  And a rate under 1/s

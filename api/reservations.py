@@ -2,7 +2,8 @@
 
 A stage that runs on a device is, to every later plan, one more process sharing that device.  Its
 character follows the roofline: a stage whose arithmetic intensity (FLOPs per byte moved) reaches
-the device's ridge point (peak FLOP/s ÷ bandwidth) is compute-bound, otherwise memory-bound.
+the device's ridge point (peak FLOP/s ÷ bandwidth) is compute-bound, otherwise memory-bound
+(:func:`pipeplan.costmodel.analytic.compute_bound`, the roofline's own test).
 
 A device's load is then its base load (what the registry says runs there) plus one co-runner per
 reserved stage:
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
+from pipeplan.costmodel.analytic import compute_bound
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
@@ -39,10 +41,7 @@ def stage_kind(layers: Iterable[Layer], device: Device) -> str:
     for layer in layers:
         flops += layer.flops
         traffic += layer.bytes_read + layer.bytes_written
-    ridge = device.peak_flops / device.mem_bandwidth
-    if traffic == 0:
-        return "compute"
-    return "compute" if flops / traffic >= ridge else "memory"
+    return "compute" if compute_bound(flops, traffic, device) else "memory"
 
 
 def combine(base: Contention, kinds: Sequence[str]) -> Contention:

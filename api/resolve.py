@@ -18,7 +18,8 @@ from sqlalchemy.orm import Session
 from pipeplan.api.costmodels import CostModels, ResolvedCostModel
 from pipeplan.api.database import Database
 from pipeplan.api.errors import ApiError, user_label
-from pipeplan.api.keys import canonical, digest_text, request_key, zoo_key
+from pipeplan.api.keys import KeyParts, canonical, digest_text, request_key, zoo_key
+from pipeplan.api.payloads import PlanPayload, SolverLimits, ZooCapture
 from pipeplan.api.registry import ClusterState, Registry, state_of
 from pipeplan.api.schemas.common import GraphModelRef, ZooModelRef
 from pipeplan.api.schemas.plans import CompareCreate, PlanCreate
@@ -50,20 +51,20 @@ class GraphInfo:
     edges: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Prepared:
     kind: str  # plan | compare
     key: str  # final when the graph is known; else provisional (a zoo model not captured yet)
     final: bool
-    key_parts: tuple[str, str, dict[str, Any], dict[str, Any]]  # cluster digest, cost model, options, solver
+    key_parts: KeyParts
     digest: str | None  # the graph's, when known
     graph: GraphInfo | None  # an uploaded graph
     zoo_key: str | None
     cluster: ClusterState
     costmodel: ResolvedCostModel
-    options: dict[str, Any]
-    solver: dict[str, Any]
-    zoo: dict[str, Any] | None  # the zoo model's name and sizes
+    options: PlanOptions  # built once, from the request's options
+    solver: SolverLimits
+    zoo: ZooCapture | None  # the zoo model's name and sizes
     reserve: bool
     request: dict[str, Any]  # what is stored with the job and the plan
     timeout: float  # seconds the job may take, everything included
@@ -102,10 +103,10 @@ class Resolver:
         if reserve and not cluster.registered:
             raise ApiError(422, "reserve needs a registered cluster: PUT it to /v1/clusters/{name} and plan "
                            "on it by name", ["body", "reserve"])
-        options = self._options(body, cluster)
+        options, options_key = self._options(body, cluster)
         graph: GraphInfo | None = None
         zk: str | None = None
-        zoo: dict[str, Any] | None = None
+        zoo: ZooCapture | None = None
         capture = 0.0
         if isinstance(body.model, GraphModelRef):
             graph = self._graph(body.model.graph)
@@ -114,12 +115,11 @@ class Resolver:
             assert isinstance(body.model, ZooModelRef) and zoo_name is not None
             m = body.model
             zk = zoo_key(zoo_name, m.batch, m.granularity, m.seq_len, m.image_size, m.kv_context)
-            zoo = {"name": zoo_name, "batch": m.batch, "granularity": m.granularity, "seq_len": m.seq_len,
-                   "image_size": m.image_size, "kv_context": m.kv_context}
+            zoo = ZooCapture(zoo_name, m.batch, m.granularity, m.seq_len, m.image_size, m.kv_context)
             digest = zoo_digest(session, zk)
             if digest is None:  # never captured: the job captures it first
                 capture = self.settings.capture_timeout
-        parts = (cluster.digest, costmodel.identity, options, solver)
+        parts = KeyParts(cluster.digest, costmodel.identity, options_key, solver.key())
         key = request_key(kind, digest or f"zoo:{zk}", *parts)
         request = body.model_dump(mode="json", exclude={"model"})
         request["model"] = {"graph_digest": graph.digest} if graph is not None else \
@@ -127,30 +127,27 @@ class Resolver:
         # The whole job, preprocessing included: CP-SAT stops itself at its own limit, but reading the
         # graph and building the model can take longer than the solve on a big problem.
         grace = self.settings.job_grace
-        timeout = capture + solver["time_limit"] + grace
-        note = f"the solver's {solver['time_limit']:g} s + {grace:g} s for the rest (PIPEPLAN_JOB_GRACE)"
+        timeout = capture + solver.time_limit + grace
+        note = f"the solver's {solver.time_limit:g} s + {grace:g} s for the rest (PIPEPLAN_JOB_GRACE)"
         if capture:
             note += f" + {capture:g} s to capture the model (PIPEPLAN_CAPTURE_TIMEOUT)"
-        return Prepared(kind, key, digest is not None, parts, digest, graph, zk, cluster, costmodel, options,
-                        solver, zoo, reserve, request, timeout, note)
+        return Prepared(kind=kind, key=key, final=digest is not None, key_parts=parts, digest=digest, graph=graph,
+                        zoo_key=zk, cluster=cluster, costmodel=costmodel, options=options, solver=solver, zoo=zoo,
+                        reserve=reserve, request=request, timeout=timeout, timeout_note=note)
 
-    def payload(self, prep: Prepared) -> dict[str, Any]:
+    def payload(self, prep: Prepared) -> PlanPayload:
         """What the worker needs for ``prep`` (built only when a job is submitted)."""
-        payload: dict[str, Any] = {
-            "cluster": prep.cluster.effective.to_dict(), "costmodel": prep.costmodel.spec,
-            "costmodel_name": prep.costmodel.name, "options": prep.options, "solver": prep.solver}
-        if prep.graph is not None:
-            payload["graph_text"] = prep.graph.doc
-            return payload
-        payload["zoo"] = prep.zoo
-        if prep.digest is not None:  # captured before: the worker skips torch altogether
+        graph_text = prep.graph.doc if prep.graph is not None else None
+        if graph_text is None and prep.digest is not None:  # captured before: the worker skips torch altogether
             with self.db.read() as session:
                 found = find_graph(session, digest=prep.digest)
             if found is not None:
-                payload["graph_text"] = found.doc
-        return payload
+                graph_text = found.doc
+        return PlanPayload(cluster=prep.cluster.effective, costmodel=prep.costmodel.spec,
+                           costmodel_name=prep.costmodel.name, options=prep.options, solver=prep.solver,
+                           graph_text=graph_text, zoo=prep.zoo)
 
-    def _solver(self, body: PlanCreate | CompareCreate) -> dict[str, Any]:
+    def _solver(self, body: PlanCreate | CompareCreate) -> SolverLimits:
         s = self.settings
         limit = body.solver.time_limit if body.solver.time_limit is not None else s.default_time_limit
         if limit > s.max_time_limit:
@@ -160,22 +157,24 @@ class Resolver:
         if threads > s.max_solver_threads:
             raise ApiError(422, f"{threads} solver threads asked; this service allows at most "
                            f"{s.max_solver_threads}", ["body", "solver", "threads"])
-        return {"time_limit": limit, "workers": threads, "seed": body.solver.seed, "gap_limit": body.solver.gap_limit}
+        return SolverLimits(time_limit=limit, workers=threads, seed=body.solver.seed, gap_limit=body.solver.gap_limit)
 
-    def _options(self, body: PlanCreate | CompareCreate, cluster: ClusterState) -> dict[str, Any]:
-        options = body.options.model_dump()
+    def _options(self, body: PlanCreate | CompareCreate,
+                 cluster: ClusterState) -> tuple[PlanOptions, dict[str, Any]]:
+        """The request's options, and their dump as request keys cover it (the schema's, unchanged)."""
+        dumped = body.options.model_dump()
         try:
-            PlanOptions(**options)
+            options = PlanOptions(**dumped)
         except PlanError as exc:
             raise ApiError(422, str(exc), ["body", "options"]) from None
         devices = len(cluster.effective.devices)
-        if options["max_devices"] is not None and options["max_devices"] > devices:
-            raise ApiError(422, f"max_devices is {options['max_devices']} but cluster {cluster.name!r} has "
+        if options.max_devices is not None and options.max_devices > devices:
+            raise ApiError(422, f"max_devices is {options.max_devices} but cluster {cluster.name!r} has "
                            f"{devices} devices", ["body", "options", "max_devices"])
-        return options
+        return options, dumped
 
     def _graph(self, raw: Any) -> GraphInfo:
-        from pipeplan.costmodel.graph import ModelGraph
+        from pipeplan.costmodel.graph import GraphError, ModelGraph
 
         loc: list[str | int] = ["body", "model", "graph"]
         try:
@@ -197,7 +196,7 @@ class Resolver:
                                    [*loc, field], "too_large")
         try:
             graph = ModelGraph.from_dict(raw)
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+        except (GraphError, RecursionError) as exc:  # RecursionError: a document nested too deep to read
             raise ApiError(422, str(exc) or type(exc).__name__, loc) from None
         user_label(graph.model, [*loc, "model"], 256)
         check_sizes(graph, loc)

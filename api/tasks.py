@@ -6,7 +6,10 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+if TYPE_CHECKING:
+    from pipeplan.api.payloads import PlanPayload, PredictPayload
 
 __all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Reply", "Task", "resident_bytes"]
 
@@ -21,7 +24,7 @@ class Outcome:
     value: Any = None
     error: str | None = None
     error_type: str | None = None  # the exception's class, or MemoryLimit / Timeout / WorkerDied / Cancelled
-    user_error: bool = False  # the request was wrong (a ValueError): the client's fault, not ours
+    user_error: bool = False  # the request was wrong (a pipeplan.errors.UserError): the client's fault, not ours
 
 
 class Reply(NamedTuple):
@@ -35,7 +38,7 @@ class Reply(NamedTuple):
 class Task:
     id: str
     kind: str  # what pipeplan.api.worker.run does: plan, compare, predict
-    payload: dict[str, Any]
+    payload: PlanPayload | PredictPayload  # PlanPayload for plan and compare
     timeout: float  # seconds a worker may spend on it before it is killed
     timeout_note: str = ""  # what the time limit is made of, for the Timeout message
     on_start: Callable[[Task, int], None] | None = None  # (task, worker pid)

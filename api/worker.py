@@ -1,10 +1,12 @@
-"""What runs inside a worker process: capture, solve, compare, predict; and the zoo list (``__main__``).
+"""What runs inside a worker process: capture, solve, compare, predict.
 
-Everything here takes and returns plain JSON-like data (the pool pickles it over a pipe between
-the server and its own workers); nothing a client sends is ever unpickled or imported: a model is a
-zoo name or a graph document.  Errors that are the request's fault are ``ValueError``s (PlanError,
-ClusterError, GraphError, ZooError, CaptureError, and this module's CostModelError and LayerError)
-and come back marked as such.
+A task is a typed payload (:mod:`pipeplan.api.payloads`) and its answer plain JSON-like data (the pool
+pickles both over a pipe between the server and its own workers); nothing a client sends is ever
+unpickled or imported: a model is a zoo name or a graph document.  Errors that are the request's
+fault are :class:`~pipeplan.errors.UserError` subclasses (PlanError, ClusterError, GraphError, ZooError,
+CaptureError, and this module's CostModelError and LayerError) and come back marked as such, with
+their message; any other exception (a bare ``ValueError`` from numpy, a broken invariant) is the
+service's fault: its traceback goes to the log, and the answer names only its class.
 
 A worker's memory is capped with ``RLIMIT_DATA`` (private writable memory: heap and anonymous maps),
 not ``RLIMIT_AS``: the address space also counts what libraries only reserve (torch alone maps
@@ -24,26 +26,32 @@ import os
 import resource
 import signal
 import traceback
-from dataclasses import replace
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pipeplan.api.keys import canonical, digest_of, finite
 from pipeplan.api.logs import request_id
+from pipeplan.api.payloads import PlanPayload, PredictPayload
 from pipeplan.api.tasks import Outcome, Reply
+from pipeplan.errors import UserError
 
-__all__ = ["CostModelError", "LayerError", "run", "serve"]
+if TYPE_CHECKING:
+    from pipeplan.costmodel.graph import ModelGraph
+    from pipeplan.planner.ilp import SolverOptions
+    from pipeplan.planner.problem import Problem
+
+__all__ = ["CostModelError", "LayerError", "failure_of", "run", "serve"]
 
 log = logging.getLogger(__name__)
 
 _COST_MODELS: dict[str, Any] = {}  # spec -> loaded model, kept for the worker's life
 
 
-class CostModelError(ValueError):
-    """The named cost model cannot be loaded (a broken or foreign model file)."""
+class CostModelError(UserError, ValueError):
+    """The named cost model cannot be loaded (a broken or foreign model file), or cannot time what was asked."""
 
 
-class LayerError(ValueError):
+class LayerError(UserError, ValueError):
     """A predict request's layers are not a valid list of layers."""
 
 
@@ -81,16 +89,12 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
             outcome = Outcome(True, run(kind, payload))
         except MemoryError:
             pass  # answered below: here the traceback still holds everything the task built
-        except ValueError as exc:
-            outcome = Outcome(False, None, str(exc), type(exc).__name__, user_error=True)
         except Exception as exc:
-            log.error("task %s (%s) failed:\n%s", task_id, kind, traceback.format_exc())
-            if memory_limit and _peak_resident() >= 0.9 * memory_limit:
+            outcome = failure_of(exc, task_id, kind)
+            if not outcome.user_error and memory_limit and _peak_resident() >= 0.9 * memory_limit:
                 # C code that cannot allocate often fails as something else (SystemError in an import,
                 # a RuntimeError from a library): near the limit, that is the likely cause.
                 outcome = _out_of_memory(kind, memory_limit, f" ({type(exc).__name__}: {exc})")
-            else:
-                outcome = Outcome(False, None, f"internal error: {type(exc).__name__}: {exc}", type(exc).__name__)
         finally:
             request_id.reset(token)
         if outcome is None:
@@ -107,6 +111,23 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
             return
 
 
+def failure_of(exc: Exception, task_id: str, kind: str) -> Outcome:
+    """The outcome of task ``task_id`` that raised ``exc``: the request's fault, with the message, for a
+    :class:`~pipeplan.errors.UserError`; else the service's, with the traceback logged and an answer
+    that names only the exception's class (a numpy message or an invariant says nothing to a client).
+
+    >>> failure_of(LayerError("layers[0] must be an object"), "t1", "predict").user_error
+    True
+    >>> failure_of(ValueError("operands could not be broadcast"), "t1", "plan").error
+    'internal error (ValueError); the service logged it with task t1'
+    """
+    if isinstance(exc, UserError):
+        return Outcome(False, None, str(exc), type(exc).__name__, user_error=True)
+    log.error("task %s (%s) failed:\n%s", task_id, kind, "".join(traceback.format_exception(exc)))
+    return Outcome(False, None, f"internal error ({type(exc).__name__}); the service logged it with task {task_id}",
+                   type(exc).__name__)
+
+
 def _out_of_memory(kind: str, limit: int, detail: str = "") -> Outcome:
     return Outcome(False, None, f"this {kind} job needed more memory than a worker may hold ({limit} bytes, "
                    f"PIPEPLAN_JOB_MEMORY){detail}; send a smaller graph or cluster, or ask the operator for more",
@@ -118,28 +139,27 @@ def _peak_resident() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def run(kind: str, payload: dict[str, Any]) -> Any:
+def run(kind: str, payload: PlanPayload | PredictPayload) -> Any:
     """Do one task; see the module docstring for what each kind returns."""
-    if kind == "plan":
-        return _plan(payload)
-    if kind == "compare":
-        return _compare(payload)
-    if kind == "predict":
+    if kind in ("plan", "compare") and isinstance(payload, PlanPayload):
+        return _plan(payload) if kind == "plan" else _compare(payload)
+    if kind == "predict" and isinstance(payload, PredictPayload):
         return _predict(payload)
-    raise ValueError(f"unknown task kind {kind!r}")
+    raise ValueError(f"no {kind!r} task takes a {type(payload).__name__}")  # the server's bug: a 500
 
 
-def _graph(payload: dict[str, Any]) -> tuple[Any, dict[str, Any] | None]:
+def _graph(payload: PlanPayload) -> tuple[ModelGraph, dict[str, Any] | None]:
     """The request's graph, and its stored form when it was captured here (else None)."""
     from pipeplan.costmodel.graph import ModelGraph
 
-    if payload.get("graph_text") is not None:  # sent, or captured before
-        return ModelGraph.from_json(payload["graph_text"]), None
+    if payload.graph_text is not None:  # sent, or captured before
+        return ModelGraph.from_json(payload.graph_text), None
     from pipeplan.costmodel.zoo import capture_model
 
-    zoo = payload["zoo"]
-    graph = capture_model(zoo["name"], zoo["batch"], granularity=zoo["granularity"],
-                          seq_len=zoo["seq_len"], image_size=zoo["image_size"], kv_context=zoo.get("kv_context"))
+    zoo = payload.zoo
+    assert zoo is not None, "PlanPayload holds a graph or a zoo model"
+    graph = capture_model(zoo.name, zoo.batch, granularity=zoo.granularity, seq_len=zoo.seq_len,
+                          image_size=zoo.image_size, kv_context=zoo.kv_context)
     doc = graph.to_dict()
     stored = {"digest": digest_of(doc), "doc": canonical(doc), "model": graph.model, "layers": len(graph),
               "edges": graph.nx.number_of_edges()}
@@ -153,60 +173,39 @@ def _cost_model(spec: str) -> Any:
     if spec not in _COST_MODELS:
         try:
             _COST_MODELS[spec] = load_cost_model(spec)
-        except ValueError as exc:
+        except ValueError as exc:  # resolved by the server: what is left is a broken or foreign file
             raise CostModelError(str(exc)) from None
     return _COST_MODELS[spec]
 
 
-def _problem(payload: dict[str, Any]) -> tuple[Any, Any, dict[str, Any] | None]:
-    from pipeplan.costmodel.cluster import Cluster
-    from pipeplan.planner.ilp import SolverOptions
-    from pipeplan.planner.problem import PlanOptions, Problem
+def _problem(payload: PlanPayload) -> tuple[Problem, SolverOptions, dict[str, Any] | None]:
+    """The planner's problem, as the request states it, and the solver's options."""
+    from pipeplan.planner.problem import Problem
 
     graph, stored = _graph(payload)
-    cluster = Cluster.from_dict(payload["cluster"])
-    model = _cost_model(payload["costmodel"])
-    options = PlanOptions(**payload["options"])
-    problem = Problem(graph, cluster, model, options)
-    if options.min_throughput is not None and problem.max_bottleneck >= _longest_stage(problem):
-        # A floor no stage can break changes nothing, but pipeplan.planner.ilp scales it into an int64 and
-        # overflows when it is extreme (min_throughput=1e-12): plan without it, report the options asked.
-        problem = Problem(graph, cluster, model, replace(options, min_throughput=None))
-    return problem, SolverOptions(**payload["solver"]), stored
+    problem = Problem(graph, payload.cluster, _cost_model(payload.costmodel), payload.options)
+    return problem, payload.solver.options(), stored
 
 
-def _longest_stage(problem: Any) -> float:
-    """Seconds no stage of any plan can exceed: every layer at its slowest, and every output sent
-    over its slowest link, both ways."""
-    k = problem.n_devices
-    sends = sum(max((problem.transfer(u, a, b) for a in range(k) for b in range(k)), default=0.0)
-                for u in range(problem.n_layers) if problem.succ[u])
-    return float(sum(max(row) for row in problem.time) + 2 * sends)
-
-
-def _plan(payload: dict[str, Any]) -> dict[str, Any]:
+def _plan(payload: PlanPayload) -> dict[str, Any]:
     from pipeplan.api.reservations import stage_kind
     from pipeplan.planner.ilp import solve
-    from pipeplan.planner.problem import PlanOptions
 
     problem, solver, stored = _problem(payload)
     plan = solve(problem, solver)
-    plan.costmodel = payload["costmodel_name"]
-    plan.options = PlanOptions(**payload["options"])
+    plan.costmodel = payload.costmodel_name
     loads = {s.device: stage_kind((problem.graph[name] for name in s.layers), problem.cluster.device(s.device))
              for s in plan.stages}
     return {"graph": stored, "plan": finite(plan.to_dict()), "loads": loads}
 
 
-def _compare(payload: dict[str, Any]) -> dict[str, Any]:
+def _compare(payload: PlanPayload) -> dict[str, Any]:
     from pipeplan.planner.compare import compare
-    from pipeplan.planner.problem import PlanOptions
 
     problem, solver, stored = _problem(payload)
     comp = compare(problem, solver)
     for plan in comp.plans.values():
-        plan.costmodel = payload["costmodel_name"]
-        plan.options = PlanOptions(**payload["options"])
+        plan.costmodel = payload.costmodel_name
     ilp = comp.plans["ilp"].objective_value
     rows = [{"method": name, "plan": finite(plan.to_dict()),
              "objective_vs_ilp": finite(plan.objective_value / ilp) if ilp else None,
@@ -222,36 +221,33 @@ def _seconds(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def _predict(payload: dict[str, Any]) -> dict[str, Any]:
+def _predict(payload: PredictPayload) -> dict[str, Any]:
     """Each layer's time on each device: ``layers`` (graph-format layer documents), ``devices``
-    (device documents, loads included), ``load`` (one load for all of them, or None)."""
+    (loads included), ``load`` (one load for all of them, or None)."""
     from pipeplan.api.errors import ApiError
     from pipeplan.api.resolve import check_sizes
-    from pipeplan.costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, ModelGraph
-    from pipeplan.costmodel.hardware import Contention, Device
+    from pipeplan.costmodel.graph import GRAPH_FORMAT, GRAPH_VERSION, GraphError, ModelGraph
 
     doc = {"format": GRAPH_FORMAT, "version": GRAPH_VERSION, "model": "predict", "batch_size": 1,
-           "layers": payload["layers"], "edges": []}
+           "layers": payload.layers, "edges": []}
     try:
         graph = ModelGraph.from_dict(doc)
         check_sizes(graph, ["body"])
     except ApiError as exc:
         raise LayerError(exc.detail) from None
-    except (ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+    except (GraphError, RecursionError) as exc:  # RecursionError: parts nested too deep to read
         raise LayerError(str(exc) or type(exc).__name__) from None
-    model = _cost_model(payload["costmodel"])
-    devices = [Device.model_validate(d) for d in payload["devices"]]
-    load = Contention.model_validate(payload["load"]) if payload["load"] is not None else None
+    model = _cost_model(payload.costmodel)
     try:
         # A device at a time: a learned model predicts a whole list of layers in one batch.
-        times = {d.id: model.layer_times(graph.layers, d, load) for d in devices}
-        rows = []
-        for i, layer in enumerate(graph.layers):
-            memory = model.layer_memory(layer)
-            rows.append({"name": layer.name, "seconds": {d: _seconds(t[i]) for d, t in times.items()},
-                         "params": memory.params, "activations": memory.activations, "workspace": memory.workspace})
-        totals = {d: float(sum(t)) for d, t in times.items()}
-    except (ValueError, ArithmeticError) as exc:
-        raise ValueError(f"cost model {payload['costmodel_name']!r}: {exc}") from None
-    return {"costmodel": payload["costmodel_name"], "devices": list(totals), "layers": rows,
+        times = {d.id: model.layer_times(graph.layers, d, payload.load) for d in payload.devices}
+    except UserError as exc:  # a cost table without these layers or devices
+        raise CostModelError(f"cost model {payload.costmodel_name!r}: {exc}") from None
+    rows = []
+    for i, layer in enumerate(graph.layers):
+        memory = model.layer_memory(layer)
+        rows.append({"name": layer.name, "seconds": {d: _seconds(t[i]) for d, t in times.items()},
+                     "params": memory.params, "activations": memory.activations, "workspace": memory.workspace})
+    totals = {d: float(sum(t)) for d, t in times.items()}
+    return {"costmodel": payload.costmodel_name, "devices": list(totals), "layers": rows,
             "totals": {d: _seconds(t) for d, t in totals.items()}}

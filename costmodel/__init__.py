@@ -4,6 +4,7 @@ Public surface::
 
     from pipeplan.costmodel import capture, capture_model, ModelGraph, Layer, Device, Contention
     from pipeplan.costmodel import CostModel, RooflineModel, LearnedCostModel, load_cost_model, CoRunners
+    from pipeplan.costmodel import Cluster, Link, load_cluster    # the hardware model every package reads
 
 ``costmodel`` knows nothing of the planner, the executor or the service.  Names are imported
 lazily so that light users (a cluster spec, the CLI's ``--help``) do not pay for importing torch.
@@ -29,8 +30,13 @@ _EXPORTS = {
     "Layer": "pipeplan.costmodel.graph",
     "ModelGraph": "pipeplan.costmodel.graph",
     "TensorInfo": "pipeplan.costmodel.graph",
+    "Cluster": "pipeplan.costmodel.cluster",
+    "ClusterError": "pipeplan.costmodel.cluster",
+    "builtin_clusters": "pipeplan.costmodel.cluster",
+    "load_cluster": "pipeplan.costmodel.cluster",
     "Contention": "pipeplan.costmodel.hardware",
     "Device": "pipeplan.costmodel.hardware",
+    "Link": "pipeplan.costmodel.hardware",
     "ZooError": "pipeplan.costmodel.zoo.catalogue",
     "build_model": "pipeplan.costmodel.zoo.build",
     "capture_model": "pipeplan.costmodel.zoo.build",

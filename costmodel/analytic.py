@@ -14,11 +14,25 @@ from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
-__all__ = ["DEFAULT_OVERHEAD", "RooflineModel"]
+__all__ = ["DEFAULT_OVERHEAD", "RooflineModel", "compute_bound"]
 
 # Per-operator launch/dispatch overhead: a CUDA kernel launch through PyTorch's eager dispatcher
 # costs a few microseconds; on a CPU the dispatcher alone costs about as much.
 DEFAULT_OVERHEAD = {"cpu": 3e-6, "gpu": 5e-6}
+
+
+def compute_bound(flops: float, bytes_moved: float, device: Device) -> bool:
+    """Whether work of ``flops`` over ``bytes_moved`` sits under ``device``'s compute roof: its
+    arithmetic intensity (FLOPs per byte) reaches the ridge point, peak FLOP/s ÷ bandwidth, where the
+    roofline's two roofs meet.  Work that moves no bytes is compute-bound.
+
+    >>> dev = Device(id="d", memory="1GiB", peak_flops=100e12, mem_bandwidth=1e12)  # ridge: 100 FLOP/B
+    >>> compute_bound(1e9, 1e6, dev), compute_bound(1e6, 1e6, dev), compute_bound(0, 0, dev)
+    (True, False, True)
+    """
+    if bytes_moved == 0:
+        return True
+    return flops / bytes_moved >= device.peak_flops / device.mem_bandwidth
 
 
 class RooflineModel(CostModel):

@@ -39,6 +39,7 @@ from pydantic import (
 )
 
 from pipeplan.costmodel.hardware import Contention, Device, Link
+from pipeplan.errors import UserError
 
 __all__ = [
     "Cluster", "ClusterError", "ClusterSpec", "IslandSpec", "Link", "LinkSpec", "Topology",
@@ -51,7 +52,7 @@ _BUILTIN_DIR = Path(__file__).parent / "clusters"
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
-class ClusterError(ValueError):
+class ClusterError(UserError, ValueError):
     """A cluster spec is wrong; the message names the device, link or file at fault."""
 
 

@@ -20,6 +20,8 @@ from typing import Any
 
 import networkx as nx
 
+from pipeplan.errors import UserError
+
 __all__ = ["GRAPH_FORMAT", "GRAPH_VERSION", "GraphError", "Layer", "ModelGraph", "TensorInfo"]
 
 GRAPH_FORMAT = "pipeplan.graph"
@@ -28,7 +30,7 @@ GRAPH_VERSION = 1
 Shape = list[int]
 
 
-class GraphError(ValueError):
+class GraphError(UserError, ValueError):
     """A model graph is malformed: a cycle, a missing field, an unknown version, a bad size."""
 
 

@@ -61,6 +61,7 @@ from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model, same_cpu
 from pipeplan.costmodel.in_model import InModelCorrection, family_cross_validation
 from pipeplan.costmodel.smooth import gps_from_npz, gps_to_npz
+from pipeplan.errors import UserError
 
 __all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError"]
 
@@ -73,7 +74,7 @@ _ESTIMATORS = ("main", "linear", "tree")
 log = logging.getLogger(__name__)
 
 
-class ModelFileError(ValueError):
+class ModelFileError(UserError, ValueError):
     """A cost-model file that cannot be used: wrong format, other features, unsafe content."""
 
 

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 from pipeplan.costmodel.base import LayerMemory
 from pipeplan.costmodel.graph import Layer, ModelGraph
+from pipeplan.errors import UserError
 
 __all__ = ["KV_SUFFIXES", "Liveness", "LivenessError", "PlannerTerms", "StageMemory", "kv_cache_bytes",
            "liveness", "planner_terms", "stage_memory"]
@@ -44,7 +45,7 @@ __all__ = ["KV_SUFFIXES", "Liveness", "LivenessError", "PlannerTerms", "StageMem
 KV_SUFFIXES = (".k_proj", ".v_proj")
 
 
-class LivenessError(ValueError):
+class LivenessError(UserError, ValueError):
     """The graph cannot give the memory asked for (no K/V layers for a KV cache, a bad count)."""
 
 

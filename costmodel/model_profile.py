@@ -32,6 +32,7 @@ from pydantic import ValidationError
 
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention
+from pipeplan.errors import UserError
 
 __all__ = ["FORMAT", "VERSION", "LevelTimes", "ModelProfile", "ProfileTableError", "ProfiledLayer", "default_path",
            "layers_digest"]
@@ -40,7 +41,7 @@ FORMAT = "pipeplan-model-profile"
 VERSION = 1
 
 
-class ProfileTableError(ValueError):
+class ProfileTableError(UserError, ValueError):
     """A model profile file that is missing, unreadable or inconsistent."""
 
 

@@ -31,6 +31,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from pipeplan.errors import UserError
+
 __all__ = ["DTYPES", "BuiltSource", "FactorySpec", "SourceError", "build_source", "capture_source", "cast_dtype",
            "flat_inputs", "import_source_module", "is_factory", "kwarg_order", "parse_dtype", "parse_factory",
            "source_spec"]
@@ -39,7 +41,7 @@ __all__ = ["DTYPES", "BuiltSource", "FactorySpec", "SourceError", "build_source"
 DTYPES: dict[str, torch.dtype] = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-class SourceError(ValueError):
+class SourceError(UserError, ValueError):
     """A model source that cannot be built: bad factory path, factory error, bad options."""
 
 

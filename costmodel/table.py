@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.graph import Layer, ModelGraph
 from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.errors import UserError
 
 __all__ = ["PREFIX", "TABLE_FORMAT", "LayerSizes", "TableCostModel", "TableError", "load_table"]
 
@@ -49,7 +50,7 @@ PREFIX = "table:"
 TABLE_FORMAT = "pipeplan.costs"
 
 
-class TableError(ValueError):
+class TableError(UserError, ValueError):
     """A cost table is malformed, or lacks a layer or device the planner asks about."""
 
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 import math
 import re
 
+from pipeplan.errors import UserError
+
 __all__ = [
     "UnitError",
     "format_bytes",
@@ -29,7 +31,7 @@ __all__ = [
 ]
 
 
-class UnitError(ValueError):
+class UnitError(UserError, ValueError):
     """A quantity could not be parsed; the message names the text and what was expected."""
 
 

@@ -7,6 +7,8 @@ died, a collective timed out, the outputs differ from the unsplit model's).
 
 from __future__ import annotations
 
+from pipeplan.errors import UserError
+
 __all__ = ["DeploymentClosed", "ExecutorError", "OutputMismatchError", "PlanMismatchError", "QueueFullError",
            "RunError", "StageFailure"]
 
@@ -15,8 +17,9 @@ class ExecutorError(Exception):
     """Base of the executor's errors: the CLI prints them as one line."""
 
 
-class PlanMismatchError(ExecutorError, ValueError):
-    """The plan cannot be run on this model: wrong model, missing or unknown layers, bad stages."""
+class PlanMismatchError(ExecutorError, UserError, ValueError):
+    """The plan cannot be run on this model: wrong model, missing or unknown layers, bad stages, bad
+    run options (a :class:`~pipeplan.errors.UserError`: the caller's to fix)."""
 
 
 class RunError(ExecutorError, RuntimeError):

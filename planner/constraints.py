@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 import networkx as nx
 
+from pipeplan.errors import UserError
+
 if TYPE_CHECKING:
     from pipeplan.costmodel.cluster import Cluster
     from pipeplan.costmodel.graph import ModelGraph
@@ -43,7 +45,7 @@ if TYPE_CHECKING:
 __all__ = ["Pin", "Placement", "PlacementError", "PlacementRules", "pins_of", "resolve"]
 
 
-class PlacementError(ValueError):
+class PlacementError(UserError, ValueError):
     """A constraint names what does not exist, or constraints conflict; the message names both."""
 
 

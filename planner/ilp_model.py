@@ -269,8 +269,9 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
     # -- objective ----------------------------------------------------------------------------------
     if problem.options.objective == "latency":
         if problem.max_bottleneck < math.inf:
-            # A floor so low that it can never bind would overflow CP-SAT's int64 constants.
-            model.add(bottleneck <= min(3 * horizon, math.floor(problem.max_bottleneck * costs.scale)))
+            # A floor so low that it can never bind would overflow CP-SAT's int64 constants (or, scaled,
+            # the float itself: min_throughput=1e-300): capped before it is made an integer.
+            model.add(bottleneck <= math.floor(min(problem.max_bottleneck * costs.scale, 3 * horizon)))
         model.minimize(sum(stage) + (problem.options.microbatches - 1) * bottleneck)
     else:
         model.minimize(bottleneck)

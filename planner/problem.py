@@ -46,6 +46,7 @@ from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.memory import LivenessError, planner_terms
+from pipeplan.errors import UserError
 from pipeplan.planner.constraints import Pin, Placement, PlacementError, PlacementRules, pins_of, resolve
 
 __all__ = ["CommMode", "Objective", "PlanError", "PlanOptions", "Problem", "TransferRule"]
@@ -55,7 +56,7 @@ Objective = Literal["throughput", "latency"]
 TransferRule = Literal["per-device", "per-edge"]
 
 
-class PlanError(ValueError):
+class PlanError(UserError, ValueError):
     """The problem has no valid plan (a model that cannot fit), or the options are wrong."""
 
 

@@ -16,7 +16,8 @@ from fastapi import APIRouter
 from starlette.concurrency import run_in_threadpool
 
 from pipeplan.api.deps import Predictor, ServicesDep, errors
-from pipeplan.api.errors import ApiError, loc_for_error, user_label
+from pipeplan.api.errors import ApiError, job_failure, user_label
+from pipeplan.api.payloads import PredictPayload
 from pipeplan.api.pool import Outcome, QueueFull, Task
 from pipeplan.api.registry import state_of
 from pipeplan.api.schemas.misc import PredictRequest, PredictResponse
@@ -60,17 +61,13 @@ async def predict(body: PredictRequest, services: ServicesDep) -> dict[str, Any]
                        "too_large")
     resolved = await run_in_threadpool(services.costmodels.resolve, body.costmodel)
     devices = await run_in_threadpool(_devices, body, services)
-    payload = {"layers": body.layers, "devices": [d.model_dump(mode="json") for d in devices],
-               "load": body.load.model_dump(mode="json") if body.load is not None else None,
-               "costmodel": resolved.spec, "costmodel_name": resolved.name}
+    payload = PredictPayload(layers=body.layers, devices=tuple(devices), load=body.load, costmodel=resolved.spec,
+                             costmodel_name=resolved.name)
     outcome = await _run(services, Task(new_id(), "predict", payload, services.settings.predict_timeout))
     if outcome.ok:
         result: dict[str, Any] = outcome.value
         return result
-    if outcome.user_error:
-        raise ApiError(422, outcome.error or "the layers cannot be timed", loc_for_error(outcome.error_type))
-    raise ApiError(503, f"the prediction failed: {outcome.error}", [], outcome.error_type or "unavailable",
-                   headers={"Retry-After": str(services.settings.retry_after)})
+    raise job_failure(outcome, "the prediction", retry_after=services.settings.retry_after)
 
 
 async def _run(services: ServicesDep, task: Task) -> Outcome:

@@ -47,12 +47,13 @@ from pipeplan.costmodel.capture.features import OpStats, module_kind, op_kind, o
 from pipeplan.costmodel.capture.ops import report_uncounted
 from pipeplan.costmodel.capture.owners import Owners
 from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
+from pipeplan.errors import UserError
 
 __all__ = ["CaptureError", "CapturedProgram", "capture", "capture_program", "parse_granularity"]
 
 log = logging.getLogger(__name__)
 
-class CaptureError(ValueError):
+class CaptureError(UserError, ValueError):
     """The model could not be exported, or the capture options are wrong."""
 
 

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from pipeplan.errors import UserError
+
 __all__ = ["ZooError", "ZooModel", "get_model", "list_models"]
 
 
-class ZooError(ValueError):
+class ZooError(UserError, ValueError):
     """Unknown model name or bad build options."""
 
 

@@ -11,22 +11,21 @@ from typing import Any
 
 import pytest
 
+from pipeplan.api.payloads import PlanPayload, SolverLimits
 from pipeplan.api.pool import Limits, Outcome, Task, WorkerPool, resident_bytes
 from pipeplan.costmodel.cluster import Cluster
+from pipeplan.planner.problem import PlanOptions
 from tests.api.api_factories import chain_graph, cluster_spec, wide_graph
 
-_OPTIONS = {"objective": "throughput", "comm": "overlap", "microbatches": 4, "memory_margin": 0.1,
-            "max_devices": None, "min_throughput": None, "in_flight": None}
+
+def _payload(graph: dict[str, Any], devices: int, time_limit: float = 5.0) -> PlanPayload:
+    cluster = Cluster.from_dict(cluster_spec(devices, name=f"c{devices}"))
+    return PlanPayload(cluster=cluster, costmodel="analytic", costmodel_name="analytic", options=PlanOptions(),
+                       solver=SolverLimits(time_limit=time_limit, workers=1, seed=0, gap_limit=0.0),
+                       graph_text=json.dumps(graph))
 
 
-def _payload(graph: dict[str, Any], devices: int, time_limit: float = 5.0) -> dict[str, Any]:
-    cluster = Cluster.from_dict(cluster_spec(devices, name=f"c{devices}")).to_dict()
-    return {"graph_text": json.dumps(graph), "cluster": cluster, "costmodel": "analytic",
-            "costmodel_name": "analytic", "options": _OPTIONS,
-            "solver": {"time_limit": time_limit, "seed": 0, "gap_limit": 0.0, "workers": 1}}
-
-
-def _run(pool: WorkerPool, kind: str, payload: dict[str, Any], timeout: float = 60.0,
+def _run(pool: WorkerPool, kind: str, payload: PlanPayload, timeout: float = 60.0,
          note: str = "") -> tuple[Outcome, int, float]:
     """``payload``'s outcome, the pid of the worker that ran it, and the seconds it took."""
     done: Future[Outcome] = Future()

@@ -13,16 +13,20 @@ from sqlalchemy import text
 
 from pipeplan.api.auth import Principal, TokenChecker, create_token, list_tokens, revoke_token
 from pipeplan.api.database import Database
+from pipeplan.api.jobspec import JobSpec
 from pipeplan.api.keys import canonical, digest_of, finite, request_key
 from pipeplan.api.main import create_app
+from pipeplan.api.payloads import SolverLimits, ZooCapture
 from pipeplan.api.reservations import MAX_CORUNNERS, combine, stage_kind
 from pipeplan.api.settings import Settings
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.planner.problem import PlanOptions
 
 
 @pytest.mark.parametrize("module", [f"pipeplan.api.{name}" for name in (
-    "auth", "database", "etags", "keys", "links", "logs", "main", "ratelimit", "reservations", "settings")])
+    "auth", "database", "errors", "etags", "jobspec", "keys", "links", "logs", "main", "payloads", "ratelimit",
+    "reservations", "settings", "worker")])
 def test_doctests(module: str) -> None:
     failures, tried = doctest.testmod(importlib.import_module(module))
     assert tried > 0 and failures == 0
@@ -62,6 +66,32 @@ def test_keys_ignore_key_order_and_cover_every_part() -> None:
                 request_key("plan", "g", "c", "analytic", {"microbatches": 8}, {"time_limit": 1}),
                 request_key("plan", "g", "c", "analytic", {"microbatches": 4}, {"time_limit": 2})}) == 7
     assert digest_of({"x": "\ud800"})  # a lone surrogate from a client still hashes
+
+
+# A job's spec as the durable queue stored it before payloads were typed: options and solver limits as
+# plain dicts (the options as the request schema dumps them).
+_OLD_SPEC = (
+    '{"kind":"plan","payload":{"cluster":{"name":"one","devices":[{"id":"gpu0","type":"A100","memory":85899345920,'
+    '"peak_flops":312000000000000.0,"mem_bandwidth":2039000000000.0}],"links":[]},"costmodel":"analytic",'
+    '"costmodel_name":"analytic","options":{"objective":"latency","comm":"overlap","microbatches":2,"in_flight":null,'
+    '"memory_margin":0.1,"min_throughput":10.0,"max_devices":null,"pins":[{"layers":"a","device":"gpu0"}]},'
+    '"solver":{"time_limit":5.0,"workers":1,"seed":3,"gap_limit":0.0},"zoo":{"name":"tinygpt","batch":2,'
+    '"granularity":"block","seq_len":null,"image_size":null,"kv_context":null}},"timeout":40.0,"timeout_note":"",'
+    '"key_parts":["c","analytic",{"microbatches":2},{"time_limit":5.0}],"graph":null,"digest":null,'
+    '"zoo_key":"z","cluster":"one","registered":false,"revision":null,"costmodel_name":"analytic","request":{},'
+    '"reserve":false,"owner":null,"request_id":null}')
+
+
+def test_a_job_spec_stored_before_payloads_were_typed_still_runs() -> None:
+    spec = JobSpec.from_json(_OLD_SPEC)
+    payload = spec.payload
+    assert payload.options == PlanOptions(objective="latency", microbatches=2, min_throughput=10.0,
+                                          pins=[("a", "gpu0")])
+    assert payload.solver == SolverLimits(time_limit=5.0, workers=1, seed=3, gap_limit=0.0)
+    assert payload.zoo == ZooCapture("tinygpt", 2, "block") and payload.graph_text is None
+    assert [d.id for d in payload.cluster.devices] == ["gpu0"] and payload.cluster.device("gpu0").memory == 80 * 2**30
+    assert spec.key_parts.options == {"microbatches": 2} and spec.key_parts.solver == {"time_limit": 5.0}
+    assert JobSpec.from_json(spec.to_json()) == spec
 
 
 def test_settings_refuse_what_would_fail_later() -> None:
