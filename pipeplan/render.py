@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from pipeplan.costmodel.analytic import compute_bound
 from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer, ModelGraph
@@ -84,8 +85,8 @@ def device_times_table(graph: ModelGraph, cluster: Cluster, model: CostModel) ->
     for d in cluster.devices:
         idle = model.stage_time(graph.layers, d, Contention())
         now = model.stage_time(graph.layers, d)
-        bound = sum(1 for lay in graph.layers if lay.flops / d.peak_flops >=
-                    (lay.bytes_read + lay.bytes_written) / d.mem_bandwidth and lay.flops > 0)
+        bound = sum(1 for lay in graph.layers
+                    if lay.flops > 0 and compute_bound(lay.flops, lay.bytes_read + lay.bytes_written, d))
         table.add_row(d.id, d.type, d.load.describe(), format_seconds(idle), format_seconds(now),
                       f"{now / idle:.2f}×" if idle else "—", f"{bound}/{len(graph)} layers",
                       format_bytes(need), "yes" if need <= d.memory else "[red]no[/red]")
