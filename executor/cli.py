@@ -61,6 +61,9 @@ def add_run_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds any send, receive or collective may wait (60)")
     p.add_argument("--run-timeout", type=float, default=3600.0, metavar="S", help="seconds for the whole run")
     p.add_argument("--seed", type=int, default=0, help="seed of the input batches (0)")
+    p.add_argument("--memory-cap", action="append", default=[], metavar="DEV=SIZE",
+                   help="weight bytes DEV (or host:NAME) may hold, enforced in its process; a plan that borrows "
+                   "is capped at its memory map by default")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not record this run's stage times for calibrated:MODEL cost models")
 
@@ -69,6 +72,8 @@ def cmd_run(args: argparse.Namespace) -> None:
     from rich.console import Console
 
     from pipeplan.executor.errors import OutputMismatchError
+    from pipeplan.executor.harvest_report import loans_table
+    from pipeplan.executor.lending import parse_caps
     from pipeplan.executor.options import RunOptions, parse_loads
     from pipeplan.executor.report import RunReport, report_table, verdict
     from pipeplan.executor.run import run_plan
@@ -80,7 +85,7 @@ def cmd_run(args: argparse.Namespace) -> None:
         in_flight=args.in_flight, loads=parse_loads(args.load),
         check_batches=0 if args.no_check else args.check_batches, device=args.device, threads=args.threads,
         timeout=args.timeout, run_timeout=args.run_timeout, seed=args.seed, cluster=args.cluster,
-        costmodel=args.costmodel, calibrate=not args.no_calibrate)
+        costmodel=args.costmodel, calibrate=not args.no_calibrate, memory_caps=parse_caps(args.memory_cap))
     console = Console() if sys.stdout.isatty() else Console(width=170)
     report: RunReport | None
     try:
@@ -92,6 +97,9 @@ def cmd_run(args: argparse.Namespace) -> None:
     if report is None:  # a rank other than 0 under torchrun: rank 0 reports
         return
     console.print(report_table(report))
+    loans = loans_table(report)
+    if loans is not None:
+        console.print(loans)
     console.print(verdict(report))
     for note in report.notes:
         console.print(f"note: {note}")

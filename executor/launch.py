@@ -28,7 +28,7 @@ from typing import Any
 from pipeplan.executor.errors import RunError, StageFailure
 from pipeplan.executor.options import RunSetup
 
-__all__ = ["free_port", "spawn", "torchrun_env"]
+__all__ = ["failure_of", "free_port", "spawn", "torchrun_env"]
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +125,8 @@ def _exit_reason(code: int | None) -> str:
 def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebuildable: bool = True,
           *, body: Callable[..., Any] | None = None, extra: Sequence[tuple[Any, ...]] | None = None
           ) -> list[dict[str, Any]]:
-    """Run every stage of ``setup`` in its own local process; return rank 0's gathered results.
+    """Run every rank of ``setup`` in its own local process (the stages, then the lenders that run no
+    stage: :mod:`pipeplan.executor.lending`); return rank 0's gathered results.
 
     ``builds[k]`` (an :class:`pipeplan.executor.worker.StageBuild`) is pickled to stage k's process, so no
     process has to rebuild or export the model again; ``modules`` are imported there first (they
@@ -161,6 +162,22 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
         _stop(procs)
         for conn in conns:
             conn.close()
+
+
+def failure_of(setup: RunSetup, rank: int, message: str, details: str) -> StageFailure:
+    """The failure of ``rank``: a stage's, or a lender's with a process of its own."""
+    from pipeplan.executor.lender import LenderFailure
+
+    if rank < len(setup.stages):
+        return StageFailure(rank, setup.stages[rank].device, message, details)
+    name = setup.loans.rank_name(rank) if setup.loans is not None else None
+    return LenderFailure(rank, name or f"rank {rank}", message, details)
+
+
+def _who(setup: RunSetup, rank: int) -> str:
+    if rank < len(setup.stages):
+        return f"stage {rank} on {setup.stages[rank].device}"
+    return f"lender {setup.loans.rank_name(rank) if setup.loans is not None else rank}"
 
 
 def _supervise(setup: RunSetup, procs: list[Any], conns: dict[Connection, int]) -> list[dict[str, Any]]:
@@ -211,10 +228,10 @@ def _supervise(setup: RunSetup, procs: list[Any], conns: dict[Connection, int]) 
         failure = finished[blamed][1]
         log.debug("stage %d traceback:\n%s", blamed, failure["details"])
         message = failure["message"]
-        silent = [f"stage {r} on {setup.stages[r].device}" for r in range(len(procs)) if r not in finished]
+        silent = [_who(setup, r) for r in range(len(procs)) if r not in finished]
         if silent and failure["origin"] != "forward":  # a stage that hangs shows as its neighbours' timeouts
             message += f"; still running without a word: {', '.join(silent)}"
-        raise StageFailure(blamed, setup.stages[blamed].device, message, failure["details"])
+        raise failure_of(setup, blamed, message, failure["details"])
     result = finished[0][1]
     if not isinstance(result, list):
         raise RunError("stage 0 finished without the stages' measurements")

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pipeplan.costmodel.cluster import Cluster, ClusterError, load_cluster
 from pipeplan.costmodel.hardware import Contention
@@ -19,8 +19,11 @@ from pipeplan.executor.errors import PlanMismatchError
 from pipeplan.executor.schedule import SCHEDULES, ScheduleName
 from pipeplan.planner.plan import Plan
 
-__all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "Transport", "choose_transport", "parse_loads",
-           "resolve"]
+if TYPE_CHECKING:
+    from pipeplan.executor.lending import LoanSetup
+
+__all__ = ["DeviceKind", "RunOptions", "RunSetup", "StageSetup", "Transport", "choose_transport", "device_values",
+           "parse_loads", "resolve"]
 
 DeviceKind = Literal["auto", "cpu", "cuda"]
 
@@ -51,6 +54,8 @@ class RunOptions:
     costmodel: str | None = None
     # record predicted and measured stage compute for later plans (pipeplan.costmodel.calibration)
     calibrate: bool = True
+    # weight bytes a device (or host:NAME) may hold, e.g. {"cpu1": "2MiB"} (pipeplan.executor.lending)
+    memory_caps: Mapping[str, str | int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name in ("batches", "warmup", "check_batches"):
@@ -117,6 +122,7 @@ class RunSetup:
     microbatches: int
     cluster: dict[str, Any]
     notes: tuple[str, ...] = ()  # what the report must say about where the stages really ran
+    loans: LoanSetup | None = None  # lenders, borrowed layers and memory caps (pipeplan.executor.lending)
 
     @property
     def backend(self) -> Transport:
@@ -134,18 +140,27 @@ class RunSetup:
 
     @property
     def world_size(self) -> int:
-        return len(self.stages)
+        """The stages' processes, and the lenders' that run no stage."""
+        return len(self.stages) + (len(self.loans.extra) if self.loans is not None else 0)
+
+
+def device_values(items: Sequence[str], flag: str, form: str) -> dict[str, str]:
+    """A command line's ``DEVICE=VALUE`` items as a dict; ``flag`` and ``form`` (``"DEVICE=LEVEL, e.g.
+    cpu1=1xcompute"``) say what to write in the error."""
+    values: dict[str, str] = {}
+    for item in items:
+        device, sep, value = item.partition("=")
+        if not sep or not device.strip() or not value.strip():
+            raise PlanMismatchError(f"{flag} {item!r}: write {form}")
+        values[device.strip()] = value.strip()
+    return values
 
 
 def parse_loads(items: Sequence[str]) -> dict[str, str]:
     """``["cpu1=1xcompute"]`` → ``{"cpu1": "1xcompute"}``; each level must parse as a Contention."""
-    loads: dict[str, str] = {}
-    for item in items:
-        device, sep, level = item.partition("=")
-        if not sep or not device.strip() or not level.strip():
-            raise PlanMismatchError(f"--load {item!r}: write DEVICE=LEVEL, e.g. cpu1=1xcompute")
+    loads = device_values(items, "--load", "DEVICE=LEVEL, e.g. cpu1=1xcompute")
+    for level in loads.values():
         Contention.parse(level)  # raises ValueError naming the problem
-        loads[device.strip()] = level.strip()
     return loads
 
 

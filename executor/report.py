@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeplan.executor.harvest_report import stage_loans
 from pipeplan.executor.options import RunSetup
 from pipeplan.planner.plan import Plan
 
@@ -63,6 +64,8 @@ class StageReport:
     error_at_load: dict[str, float | None] | None = None
     microbatches: list[dict[str, float]] = field(default_factory=list)
     phases: dict[str, float] = field(default_factory=dict)  # seconds the process spent on each step
+    # borrowed weights fetched against the plan, weights held (pipeplan.executor.harvest_report); None: no loans
+    loans: dict[str, Any] | None = None
 
 
 @dataclass
@@ -88,6 +91,7 @@ class RunReport:
     costmodel: str | None = None  # the cost model that re-predicted stages under the run's load
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
+    lenders: list[dict[str, Any]] = field(default_factory=list)  # lenders with processes of their own
 
     @property
     def throughput_error(self) -> float | None:
@@ -125,11 +129,13 @@ def _microbatches(rows: list[list[float]], upstream: dict[tuple[int, int], float
 def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
                  at_load: list[float] | None = None, costmodel: str | None = None,
                  notes: list[str] | None = None) -> RunReport:
-    """Assemble the report from every stage's measurements (rank 0's gathered ``results``).
+    """Assemble the report from every stage's measurements (rank 0's gathered ``results``, with the
+    reports of lenders that run no stage).
 
     ``at_load`` are the stages' compute times re-predicted under the run's load, if any.
     """
-    results = sorted(results, key=lambda r: r["stage"])
+    lenders = [r for r in results if "lender" in r]
+    results = sorted((r for r in results if "stage" in r), key=lambda r: r["stage"])
     serial = plan.options.comm == "serial"
     m, n = setup.microbatches, setup.options.batches
     stages: list[StageReport] = []
@@ -152,7 +158,7 @@ def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
             predicted=predicted, measured=mean,
             error={"compute": relative_error(mean["compute"], planned.compute),
                    "time": relative_error(mean["time"], planned.time)},
-            microbatches=mbs, phases=dict(result.get("phases", {})))
+            microbatches=mbs, phases=dict(result.get("phases", {})), loans=stage_loans(plan, k, result, len(mbs)))
         if at_load is not None:
             time_at_load = _combine(at_load[k], planned.recv, planned.send, serial)
             report.predicted_at_load = {"compute": at_load[k], "time": time_at_load}
@@ -177,7 +183,8 @@ def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
         latency=statistics.fmean(batch_latency), predicted_latency=sum(times) + (m - 1) * max(times),
         microbatch_latency=statistics.fmean(finish[key] - begin[key] for key in finish),
         check=check, costmodel=costmodel, notes=list(notes or []),
-        environment={"hosts": sorted({r["host"] for r in results}), "device_type": setup.device_type})
+        environment={"hosts": sorted({r["host"] for r in results}), "device_type": setup.device_type},
+        lenders=lenders)
 
 
 def _ms(seconds: float | None) -> str:

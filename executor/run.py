@@ -10,7 +10,8 @@
 Everything that can be checked is checked before a process starts: the plan against the rebuilt
 model (:func:`pipeplan.executor.validate.check_plan`), the cut into stages
 (:func:`pipeplan.executor.stages.split_program`), the devices, cores and loads
-(:func:`pipeplan.executor.options.resolve`).  Then the stages run as local
+(:func:`pipeplan.executor.options.resolve`), and for a plan that borrows memory, the lenders and
+the weights they take from their stages (:mod:`pipeplan.executor.lending`).  Then the stages run as local
 processes, or, when this process was started by ``torchrun``, this process runs its own stage and
 rank 0 builds the report.
 """
@@ -29,8 +30,9 @@ from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.executor.errors import OutputMismatchError, PlanMismatchError, StageFailure
-from pipeplan.executor.launch import spawn, torchrun_env
+from pipeplan.executor.errors import OutputMismatchError, PlanMismatchError
+from pipeplan.executor.launch import failure_of, spawn, torchrun_env
+from pipeplan.executor.lending import apply_loans, resolve_loans
 from pipeplan.executor.options import RunOptions, RunSetup, resolve
 from pipeplan.executor.report import RunReport, build_report
 from pipeplan.executor.source import rebuild
@@ -157,26 +159,32 @@ def run_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: A
     if not isinstance(plan, Plan):
         plan = Plan.load(plan)
     env = torchrun_env()
-    setup = resolve(plan, options, local=env is None)
+    setup = resolve_loans(plan, resolve(plan, options, local=env is None))
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
-    from pipeplan.executor.worker import Phases, build_stages, describe_failure, run_stage
+    from pipeplan.executor.lender import LenderBuild
+    from pipeplan.executor.worker import Phases, StageBuild, build_stages, describe_failure, run_stage
 
     # Cutting the stages here refuses what cannot cross a stage boundary before anything starts.
     builds = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=env is not None)
+    # Lent weights leave their stages here, for the lenders' processes (plan.harvest; none: no change).
+    ranks: list[StageBuild | LenderBuild] = [*builds, *apply_loans(builds, setup)]
     if env is None:
         log.info("running %d stages as local processes (%s)", setup.world_size, setup.backend)
         rebuildable = module is None
-        return _finish(plan, setup, rebuilt.captured.graph, spawn(setup, builds, rebuilt.modules, rebuildable))
+        return _finish(plan, setup, rebuilt.captured.graph, spawn(setup, ranks, rebuilt.modules, rebuildable))
 
     rank, world = env
     if world != setup.world_size:
-        raise PlanMismatchError(f"torchrun started {world} processes, but the plan has {setup.world_size} "
-                                f"stages: use --nproc-per-node (times --nnodes) = {setup.world_size}")
+        lenders = setup.world_size - len(setup.stages)
+        raise PlanMismatchError(f"torchrun started {world} processes, but the plan has {len(setup.stages)} stages"
+                                + (f" and {lenders} lender{'s that run' if lenders > 1 else ' that runs'} no stage"
+                                   if lenders else "")
+                                + f": use --nproc-per-node (times --nnodes) = {setup.world_size}")
     phases = Phases()
     try:
-        results = run_stage(rank, setup, "env://", phases, builds[rank])
+        results = run_stage(rank, setup, "env://", phases, ranks[rank])
     except Exception as exc:
         failure = describe_failure(exc, phases.current)
-        raise StageFailure(rank, setup.stages[rank].device, failure["message"], failure["details"]) from exc
+        raise failure_of(setup, rank, failure["message"], failure["details"]) from exc
     return _finish(plan, setup, rebuilt.captured.graph, results) if results is not None else None

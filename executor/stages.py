@@ -34,9 +34,12 @@ from torch.export.graph_signature import InputKind, OutputKind
 from pipeplan.costmodel.capture import CapturedProgram
 from pipeplan.executor.errors import PlanMismatchError
 
-__all__ = ["Boundary", "StageProgram", "split_program"]
+__all__ = ["LAYER_META", "Boundary", "StageProgram", "split_program"]
 
 _INPUT = -1  # the "stage" that produces the model's inputs
+# The key, in a stage graph node's meta, of the plan layer that owns the operator (None: no layer), so
+# that later passes (lending a layer's weights, :mod:`pipeplan.executor.loan_cut`) can find a layer's operators.
+LAYER_META = "pipeplan_layer"
 
 
 class Boundary(NamedTuple):
@@ -210,6 +213,7 @@ def split_program(captured: CapturedProgram, stage_layers: Sequence[Sequence[str
                 env[arg] = graph.get_attr(attr)
                 env[arg].meta = dict(arg.meta)
             env[node] = graph.node_copy(node, lambda a: env[a])  # noqa: B023 - used at once
+            env[node].meta[LAYER_META] = captured.node_layers.get(node.name)
         missing = [n.name for n in outputs if n not in env]
         if missing:  # a bug in the live sets, not a user error: fail loudly
             raise AssertionError(f"stage {k} cannot return {missing}")

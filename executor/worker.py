@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import socket
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -33,6 +34,11 @@ from pipeplan.costmodel.profile import retain_freed_memory
 from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
 from pipeplan.executor.check import compare_outputs, tolerance
 from pipeplan.executor.errors import RunError
+from pipeplan.executor.harvest_stream import Streamer, attach
+from pipeplan.executor.lender import LenderBuild, LenderServer, run_lender
+from pipeplan.executor.lending import make_groups
+from pipeplan.executor.loan_cut import FetchSpec, Lent, live_loans
+from pipeplan.executor.memory_cap import WeightLedger
 from pipeplan.executor.options import RunSetup, StageSetup
 from pipeplan.executor.schedule import TimedSchedule, run_batches
 from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
@@ -71,6 +77,8 @@ class StageBuild:
     kwarg_order: list[str]  # the keyword inputs in the exported program's placeholder order
     model: torch.nn.Module | None
     fingerprint: str | None = None
+    fetches: list[FetchSpec] = field(default_factory=list)  # borrowed layers, in the order the stage runs them
+    lent: list[Lent] = field(default_factory=list)  # weights this stage's process holds for other stages
 
 
 def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = False) -> list[StageBuild]:
@@ -145,7 +153,7 @@ def _devices(setup: RunSetup, stage: StageSetup) -> tuple[torch.device, torch.de
 
 def _agree(fingerprint: str | None, ctrl: dist.ProcessGroup | None) -> float:
     """Check that every process built the same weights; return the run's clock epoch."""
-    world = dist.get_world_size()
+    world = dist.get_world_size(ctrl)
     here = (socket.gethostname(), fingerprint)
     seen: list[Any] = [None] * world
     dist.all_gather_object(seen, here, group=ctrl)
@@ -203,12 +211,19 @@ def _batches(built: StageBuild, setup: RunSetup, device: torch.device) -> list[t
 
 
 def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
-              built: StageBuild | None = None) -> list[dict[str, Any]] | None:
-    """Run stage ``rank`` to the end; rank 0 returns every stage's measurements, the others None.
+              built: StageBuild | LenderBuild | None = None) -> list[dict[str, Any]] | None:
+    """Run stage ``rank`` to the end; rank 0 returns every stage's (and lender's) measurements, the others None.
 
-    ``built`` is the stage from :func:`build_stages`; without it the process rebuilds the model from
-    the plan's source.  ``phases`` follows what the stage is doing, so that a failure can say so.
+    ``built`` is the stage from :func:`build_stages` (with its loans applied,
+    :func:`pipeplan.executor.lending.apply_loans`); without it the process rebuilds the model from
+    the plan's source.  A rank past the stages is a lender's (:func:`pipeplan.executor.lender.run_lender`).
+    ``phases`` follows what the stage is doing, so that a failure can say so.
     """
+    if rank >= len(setup.stages):
+        if not isinstance(built, LenderBuild):
+            built = _lender_build(rank, setup)
+        run_lender(rank, setup, init_method, phases, built)
+        return None
     stage = setup.stages[rank]
     options = setup.options
     plan = Plan.from_dict(setup.plan)
@@ -218,27 +233,39 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
         phases.enter("rebuilding the model")
         rebuilt = rebuild(plan)
         check_plan(plan, rebuilt.captured.graph)
-        built = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=True)[rank]
+        built = _rebuilt_stages(plan, rebuilt, setup)[rank]
+    assert isinstance(built, StageBuild)
+    ledger = WeightLedger(stage.device, setup.loans.caps.get(stage.device) if setup.loans else None,
+                          [*built.module.buffers(), *(item.flat for item in built.lent)],
+                          what="its stage's and lent to others" if built.lent else "its stage's")
 
     phases.enter("joining the process group")
     dist.init_process_group(setup.backend, init_method=init_method, rank=rank, world_size=setup.world_size,
                             timeout=timedelta(seconds=options.timeout))
+    streamer: Streamer | None = None
     try:
-        ctrl = dist.new_group(backend="gloo") if setup.backend != "gloo" else None
+        groups = make_groups(setup)
+        ctrl = groups.ctrl
+        server = LenderServer(groups.fetch, built.lent) if built.lent and groups.fetch is not None else None
         epoch = _agree(built.fingerprint, ctrl)
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
-        last = rank == setup.world_size - 1
+        n_stages = len(setup.stages)  # the world also holds the lenders that run no stage
+        last = rank == n_stages - 1
         module = _Guarded(built.module.to(compute), compute, setup.staged, last)
+        if built.fetches and groups.fetch is not None:
+            streamer = Streamer(built.fetches, groups.fetch, ledger, compute, options.timeout,
+                                buffers=live_loans(built.module))
+            attach(module, streamer)
         # Static shapes from the capture: PipelineStage then never runs a stage to infer them.
-        pipe_stage = PipelineStage(module, rank, setup.world_size, wire,
+        pipe_stage = PipelineStage(module, rank, n_stages, wire,
                                    input_args=tuple(b.empty() for b in built.input_meta),
-                                   output_args=tuple(b.empty() for b in built.output_meta))
+                                   output_args=tuple(b.empty() for b in built.output_meta), group=groups.pipe)
         schedule = TimedSchedule(pipe_stage, setup.microbatches, schedule=options.schedule,
                                  in_flight=options.in_flight, clock=lambda: time.perf_counter() - epoch,
                                  sync=sync)
         total = options.warmup + options.batches
         batches = _batches(built, setup, compute) if rank == 0 else [()] * total
-        keep = options.check_batches if rank == setup.world_size - 1 else 0
+        keep = options.check_batches if last else 0
         load = (CoRunners(Contention.parse(stage.load), cores=stage.cores, gpu=stage.gpu)
                 if stage.load else contextlib.nullcontext())
         if stage.load:
@@ -250,11 +277,15 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                 run_batches(schedule, batches[: options.warmup])
                 schedule.timings.clear()
                 schedule.batch = 0
+                if streamer is not None:
+                    streamer.reset()
                 dist.barrier(group=ctrl)
                 phases.enter("running the measured batches")
                 start, cpu = schedule.clock(), time.process_time()
                 outputs = run_batches(schedule, batches[options.warmup:], keep)
                 end, cpu = schedule.clock(), time.process_time() - cpu
+                if streamer is not None:  # the lenders learn this stage is done before it waits for anyone
+                    streamer.stop()
                 dist.barrier(group=ctrl)  # co-runners stay on until every stage has finished measuring
         except Exception:
             action, batch, mb = schedule.doing
@@ -268,12 +299,49 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                   "cores": list(stage.cores or []), "threads": torch.get_num_threads(), "corunners": corunners,
                   "start": start, "end": end, "cpu": cpu, "timings": [t.as_row() for t in schedule.timings],
                   "check": check, "phases": phases.seconds}
+        if setup.loans is not None:
+            phases.enter("waiting for the borrowers of its lent weights")
+            result["harvest"] = _harvest_result(built, ledger, streamer, server, options.timeout)
         phases.enter("gathering the measurements")
-        gathered: list[Any] | None = [None] * setup.world_size if rank == 0 else None
+        gathered: list[Any] | None = [None] * n_stages if rank == 0 else None
         dist.gather_object(result, gathered, dst=0, group=ctrl)
+        if groups.fetch is not None and setup.world_size > n_stages:  # the lenders' own reports
+            everyone: list[Any] | None = [None] * setup.world_size if rank == 0 else None
+            dist.gather_object(None, everyone, dst=0, group=groups.fetch)
+            if gathered is not None and everyone is not None:
+                gathered += [r for r in everyone if r is not None]
         return gathered
     finally:
         dist.destroy_process_group()
+
+
+def _rebuilt_stages(plan: Plan, rebuilt: Rebuilt, setup: RunSetup) -> list[StageBuild | LenderBuild]:
+    """Every rank's build, as the launcher makes them: the stages with their loans applied, then the
+    lenders of their own (under ``torchrun`` every process makes all of them, the same way)."""
+    from pipeplan.executor.lending import apply_loans
+
+    builds = build_stages(plan, rebuilt, setup.options.check_batches > 0, fingerprint=True)
+    return [*builds, *apply_loans(builds, setup)]
+
+
+def _lender_build(rank: int, setup: RunSetup) -> LenderBuild:
+    plan = Plan.from_dict(setup.plan)
+    rebuilt = rebuild(plan)
+    check_plan(plan, rebuilt.captured.graph)
+    built = _rebuilt_stages(plan, rebuilt, setup)[rank]
+    assert isinstance(built, LenderBuild)
+    return built
+
+
+def _harvest_result(built: StageBuild, ledger: WeightLedger, streamer: Streamer | None, server: LenderServer | None,
+                    timeout: float) -> dict[str, Any]:
+    """What this stage fetched and lent, and the weight bytes it held (measured from the tensors)."""
+    borrowed = sum(spec.nbytes for spec in built.fetches)
+    return {"memory": {**ledger.as_dict(), "borrowed": borrowed, "without_loans": ledger.home + borrowed,
+                       "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024},
+            "fetched": streamer.stats() if streamer is not None else None,
+            "layers": [spec.layer for spec in built.fetches],
+            "served": server.join(timeout) if server is not None else None}
 
 
 def describe_failure(exc: BaseException, where: str) -> dict[str, Any]:

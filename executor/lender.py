@@ -1,0 +1,144 @@
+"""The lender's side of harvesting: hold other stages' weights and send them when asked.
+
+A lender is either a stage process (its device also runs a stage: :class:`LenderServer` answers
+in a thread beside the stage's schedule) or a process of its own (a device outside the pipeline,
+or a host's memory: :func:`run_lender`, which does nothing else).  Either way it holds the
+:class:`~pipeplan.executor.loan_cut.Lent` weights, checks them against its device's cap, and
+answers each request ``[j]`` from a borrower (received from any rank of the fetch group) with
+that borrower's layer j's weights (packed in one buffer), until every borrower has said it is done (``[-1]``).
+The protocol is the borrower's, :mod:`pipeplan.executor.harvest_stream`.  Requests are served one
+at a time, so borrowers that share a lender share its link, as the plan's channels assume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import resource
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.distributed as dist
+
+from pipeplan.executor.errors import RunError, StageFailure
+from pipeplan.executor.harvest_stream import DONE, REPLY_TAG, REQUEST_TAG, SWITCH_INTERVAL
+from pipeplan.executor.loan_cut import Lent
+from pipeplan.executor.memory_cap import WeightLedger
+
+if TYPE_CHECKING:
+    from pipeplan.executor.options import RunSetup
+    from pipeplan.executor.worker import Phases
+
+__all__ = ["LenderBuild", "LenderFailure", "LenderServer", "run_lender", "serve"]
+
+log = logging.getLogger(__name__)
+
+
+class LenderFailure(StageFailure):
+    """A lender's own process failed; ``stage`` is its rank and ``device`` its name (``cpu2``, ``host:NAME``)."""
+
+    def __init__(self, rank: int, name: str, message: str, details: str = "") -> None:
+        RunError.__init__(self, f"lender {name} (rank {rank}, holding other stages' weights) failed: {message}")
+        self.stage = rank
+        self.device = name
+        self.details = details
+
+
+@dataclass
+class LenderBuild:
+    """What a lender process of its own gets: the weights it lends."""
+
+    name: str  # a device id, or host:NAME
+    lent: list[Lent] = field(default_factory=list)
+
+
+def serve(group: dist.ProcessGroup, lent: Sequence[Lent], stats: dict[str, Any]) -> None:
+    """Answer borrowers' requests until each borrower in ``lent`` has said it is done; count in ``stats``."""
+    held = {(item.borrower, item.slot): item.flat for item in lent}
+    left = {item.borrower for item in lent}
+    request = torch.empty(1, dtype=torch.int64)
+    while left:
+        src = dist.recv(request, group=group, tag=REQUEST_TAG)
+        index = int(request[0])
+        if index == DONE:
+            left.discard(src)
+            continue
+        flat = held.get((src, index))
+        if flat is None:
+            raise RunError(f"rank {src} asked for borrowed layer {index}, which this lender does not hold")
+        started = time.perf_counter()
+        dist.send(flat, dst=src, group=group, tag=REPLY_TAG)
+        stats["requests"] += 1
+        stats["bytes"] += flat.nbytes
+        stats["seconds"] += time.perf_counter() - started
+
+
+def _new_stats(lent: Sequence[Lent]) -> dict[str, Any]:
+    return {"requests": 0, "bytes": 0, "seconds": 0.0, "layers": [item.layer for item in lent],
+            "borrowers": sorted({item.borrower for item in lent})}
+
+
+class LenderServer:
+    """:func:`serve` in a thread, beside a stage that also lends."""
+
+    def __init__(self, group: dist.ProcessGroup, lent: Sequence[Lent]) -> None:
+        self.stats = _new_stats(lent)
+        self._error: BaseException | None = None
+        self._lent = list(lent)
+        sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))  # as the streamer does, and why
+        self._thread = threading.Thread(target=self._run, args=(group,), name="pipeplan-lender", daemon=True)
+        self._thread.start()
+
+    def _run(self, group: dist.ProcessGroup) -> None:
+        try:
+            serve(group, self._lent, self.stats)
+        except BaseException as exc:  # raised again by join, in the stage's own thread
+            self._error = exc
+
+    def join(self, timeout: float) -> dict[str, Any]:
+        """Wait until every borrower is done; raise what the server raised."""
+        self._thread.join(timeout)
+        if self._error is not None:
+            raise RunError(f"lending weights failed: {type(self._error).__name__}: {self._error}") from self._error
+        if self._thread.is_alive():
+            raise RunError(f"borrowers {self.stats['borrowers']} were not done with their weights {timeout:g}s "
+                           "after this stage finished")
+        return dict(self.stats)
+
+
+def run_lender(rank: int, setup: RunSetup, init_method: str, phases: Phases, built: LenderBuild) -> None:
+    """Body of a lender process of its own: hold the weights, serve them, then report to rank 0."""
+    from pipeplan.executor.lending import make_groups
+
+    assert setup.loans is not None
+    me = setup.loans.lender(built.name)
+    if me.cores:
+        os.sched_setaffinity(0, me.cores)
+    torch.set_num_threads(1)
+    phases.enter("checking the lent weights against the memory cap")
+    ledger = WeightLedger(built.name, setup.loans.caps.get(built.name), [item.flat for item in built.lent],
+                          what="lent to other stages")
+    phases.enter("joining the process group")
+    dist.init_process_group(setup.backend, init_method=init_method, rank=rank, world_size=setup.world_size,
+                            timeout=timedelta(seconds=setup.options.timeout))
+    try:
+        groups = make_groups(setup)
+        assert groups.fetch is not None
+        stats = _new_stats(built.lent)
+        phases.enter("lending weights")
+        serve(groups.fetch, built.lent, stats)
+        phases.enter("reporting to stage 0")
+        result = {"lender": built.name, "rank": rank, "pid": os.getpid(),
+                  "cores": list(me.cores or []), "memory": ledger.as_dict(), "served": stats,
+                  "rss_peak": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024, "phases": phases.seconds}
+        dist.gather_object(result, None, dst=0, group=groups.fetch)
+    finally:
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
