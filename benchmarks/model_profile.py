@@ -5,6 +5,8 @@ outside ``tests/tiny_models.py``, random weights, batch 2): the eager forward me
 pinned core (the lowest of three medians over about 2 s), against the sum over the captured graph's layers of
 
 - ``learned``: the shipped CPU model (``load_cost_model("learned")``), from layer features alone;
+  ``--learned learned-xeon,learned-epyc,FILE.zip`` scores those models instead, one column each (a
+  model profiled on another CPU shows how predictions carry to a machine never profiled);
 - ``roofline``: ``analytic`` on this core's measured matmul FLOP/s and copy bandwidth;
 - ``profile``: :class:`pipeplan.costmodel.profiled.ProfiledCostModel` on the table of that very model,
   profiled idle a moment before (``pipeplan profile MODEL --levels idle``);
@@ -14,7 +16,7 @@ it timed between passes. The exported graph ("graph ms", what the executor's sta
 measured on its own: an eager forward also runs Python the export leaves out (argument checks,
 mask and padding arithmetic on shapes), which a pipeline stage never pays.
 
-    .venv/bin/python benchmarks/model_profile.py [--models gpt_neox,swin] [--seconds 2]
+    .venv/bin/python benchmarks/model_profile.py [--models gpt_neox,swin] [--seconds 2] [--learned learned]
 
 The factories below are the evaluation set: keep them apart from anything the cost models are
 fitted or tuned on. They are also valid MODEL arguments: ``pipeplan profile
@@ -139,7 +141,7 @@ def measure(run: Callable[[], Any], seconds: float, blocks: int = 3) -> float:
     return min(medians)
 
 
-def evaluate(name: str, seconds: float, device: Any) -> dict[str, Any]:
+def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict[str, Any]:
     from pipeplan.costmodel.analytic import RooflineModel
     from pipeplan.costmodel.capture import capture_program
     from pipeplan.costmodel.profiled import ProfiledCostModel
@@ -162,7 +164,7 @@ def evaluate(name: str, seconds: float, device: Any) -> dict[str, Any]:
         assert isinstance(profiled, ProfiledCostModel)
         matched = sum((la.name, la.flops) in profiled.table.index() for la in graph.layers)
         predictions = {
-            "learned": sum(load_cost_model("learned").layer_times(graph.layers, device)),
+            **{spec: sum(load_cost_model(spec).layer_times(graph.layers, device)) for spec in learned},
             "roofline": sum(RooflineModel().layer_times(graph.layers, device)),
             "profile": sum(profiled.layer_times(graph.layers, device)),
         }
@@ -177,7 +179,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated ({','.join(MODELS)})")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per measurement (2)")
+    parser.add_argument("--learned", default="learned",
+                        help="comma-separated learned models to score: shipped names or files (learned)")
     args = parser.parse_args()
+    learned = [spec.strip() for spec in args.learned.split(",") if spec.strip()]
 
     from pipeplan.costmodel.hardware import cpu_model
     from pipeplan.costmodel.profile import ProfileSettings, measure_device
@@ -186,14 +191,15 @@ def main() -> None:
     print(f"CPU {cpu_model()}, core 0, 1 thread; measured {device.peak_flops / 1e9:.0f} GFLOP/s, "
           f"{device.mem_bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other engineers' tests may run on this machine)\n")
-    print("| model | layers | eager ms | graph ms | learned ms (err) | roofline ms (err) | profile ms (err) "
-          "| profile vs graph | Σ layers vs graph | Σ layers vs eager | call overhead | load avg |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    errors: dict[str, list[float]] = {"learned": [], "roofline": [], "profile": [], "profile vs graph": []}
+    predictors = [*learned, "roofline", "profile"]
+    print("| model | layers | eager ms | graph ms | " + " | ".join(f"{p} ms (err)" for p in predictors)
+          + " | profile vs graph | Σ layers vs graph | Σ layers vs eager | call overhead | load avg |")
+    print("|---|---:|---:|---:|" + "---:|" * len(predictors) + "---:|---:|---:|---:|---:|")
+    errors: dict[str, list[float]] = {**{p: [] for p in predictors}, "profile vs graph": []}
     for name in args.models.split(","):
-        r = evaluate(name.strip(), args.seconds, device)
+        r = evaluate(name.strip(), args.seconds, device, learned)
         cells = []
-        for key in ("learned", "roofline", "profile"):
+        for key in predictors:
             err = r[key] / r["measured"] - 1
             errors[key].append(err)
             cells.append(f"{r[key] * 1e3:.2f} ({err:+.0%})")
