@@ -1,4 +1,4 @@
-"""A deployment: a fixed plan kept running, answering a stream of requests.
+"""A deployment: a plan kept running, answering a stream of requests, changing layout live.
 
 ::
 
@@ -6,38 +6,40 @@
     with deploy_plan("plan.json", serving=ServeOptions(max_wait_ms=2)) as d:
         future = d.submit(sample)             # one sample: the example's inputs without the batch dimension
         logits = future.result()              # equal to the unsplit model's output for that sample
-        print(d.stats().latency["p99"], [s.compute for s in d.stats().stages])
+        d.switch(other_plan)                  # or d.replan(cluster): move the layers that change, live
+        print(d.stats().latency["p99"], d.stats().switches)
 
-The stages are a run's (the same checks, cut, launcher and ``PipelineStage``), started once; their
-processes serve until :meth:`Deployment.close` (see :mod:`pipeplan.executor.deploy_stage`).  Three threads of
-this process drive them:
+One process per device (:mod:`pipeplan.executor.deploy_procs`), serving a stage of the current layout
+(:mod:`pipeplan.executor.deploy_stage`).  Threads of this process drive them:
 
-- the *feeder* cuts microbatches from the bounded queue (:mod:`pipeplan.executor.deploy_batcher`) and sends
-  them to stage 0, keeping at most ``in_flight`` microbatches in the pipeline, so that a backlog
-  waits — and is measured — in the queue rather than in pipes;
-- the *collector* reads every stage's timings and the last stage's outputs, and answers each
-  request of a microbatch once, dropping the padding's rows;
-- the *supervisor* is :func:`pipeplan.executor.launch.spawn`: when a stage process dies or raises, it names
-  the stage, and every request not yet answered fails with that :class:`~pipeplan.executor.errors.StageFailure`.
+- the *feeder* cuts microbatches from the bounded queue (:mod:`pipeplan.executor.deploy_batcher`) and
+  sends each step's order to every stage (its inputs to stage 0), keeping at most ``in_flight``
+  microbatches in the pipeline, so that a backlog waits — and is measured — in the queue;
+- the *collector* reads every process's reports and answers each request of a microbatch once,
+  dropping the padding's rows;
+- the *supervisor* watches the processes: a stage whose own computation raised ends the deployment
+  with a :class:`~pipeplan.executor.errors.StageFailure` naming it; a process that dies otherwise is a
+  lost device, which the deployment re-plans around (:mod:`pipeplan.executor.deploy_switch`) —
+  or, with ``ServeOptions(recover=False)``, fails every request not yet answered;
+- the *switcher* runs switches one at a time (:mod:`pipeplan.executor.deploy_switch`).
 
 Every request is answered exactly once: it is in one place at a time (queue, feeder, in flight,
-answered), and only the thread that holds it settles its future.  The plan never changes here;
-re-planning and moving stages are later work (issue 17).
+answered), and only the thread that holds it settles its future.  A switch holds the queue and
+takes the feeder's lock, so nothing is dispatched while the layout changes; a lost device voids the
+steps in flight, whose requests go back to the front of the queue, and any late answer to a voided
+step is dropped.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import logging
 import math
-import multiprocessing as mp
 import threading
 import time
 from collections.abc import Mapping
 from concurrent.futures import Future
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
@@ -47,11 +49,14 @@ from torch import nn
 
 from pipeplan.costmodel.source import flat_inputs
 from pipeplan.executor.deploy_batcher import Request, RequestQueue, input_specs, sample_inputs, stack, unstack
+from pipeplan.executor.deploy_options import ServeOptions
+from pipeplan.executor.deploy_stage import Parked, Ready, Run, Stepped, Stop
 from pipeplan.executor.deploy_stats import DeploymentStats, Meter
-from pipeplan.executor.errors import DeploymentClosed, PlanMismatchError, QueueFullError, RunError
-from pipeplan.executor.launch import spawn, torchrun_env
+from pipeplan.executor.deploy_switch import Switching
+from pipeplan.executor.errors import DeploymentClosed, PlanMismatchError, QueueFullError, StageFailure
+from pipeplan.executor.launch import torchrun_env
 from pipeplan.executor.options import RunOptions, RunSetup, resolve
-from pipeplan.executor.source import batch_inputs, batch_kwargs, rebuild
+from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild
 from pipeplan.executor.validate import check_plan
 from pipeplan.planner.plan import Plan
 
@@ -63,41 +68,11 @@ _POLL = 0.1  # seconds between the threads' looks at whether the deployment has 
 _CALIBRATE_AFTER = 20  # microbatches a deployment must have served for its times to calibrate
 
 
-@dataclass(frozen=True)
-class ServeOptions:
-    """How a deployment takes requests.
+class Deployment(Switching):
+    """A running pipeline; make it with :func:`deploy_plan`.  Thread-safe."""
 
-    ``queue_size`` bounds the requests waiting in front of stage 0; ``max_wait_ms`` is the latency
-    bound of microbatching (a partial microbatch leaves once its oldest request has waited this
-    long); ``in_flight`` caps the microbatches inside the pipeline (default: stages + 1, enough to
-    keep every stage busy); ``stats_window`` is how many recent microbatches and requests
-    :meth:`Deployment.stats` summarises; ``start_timeout`` bounds the stages' start.
-    """
-
-    queue_size: int = 256
-    max_wait_ms: float = 5.0
-    in_flight: int | None = None
-    stats_window: int = 1000
-    start_timeout: float = 300.0
-
-    def __post_init__(self) -> None:
-        for name in ("queue_size", "stats_window"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.in_flight is not None and self.in_flight < 1:
-            raise ValueError(f"in_flight must be at least 1, got {self.in_flight}")
-        if self.max_wait_ms < 0 or self.start_timeout <= 0:
-            raise ValueError(f"max_wait_ms must be ≥ 0 and start_timeout > 0, got {self.max_wait_ms} and "
-                             f"{self.start_timeout}")
-
-
-class Deployment:
-    """A running pipeline for one fixed plan; make it with :func:`deploy_plan`.  Thread-safe."""
-
-    def __init__(self, plan: Plan, setup: RunSetup, builds: list[Any], modules: list[str], rebuildable: bool,
+    def __init__(self, plan: Plan, setup: RunSetup, rebuilt: Rebuilt, builds: list[Any], options: RunOptions,
                  serving: ServeOptions) -> None:
-        from pipeplan.executor.deploy_stage import serve_stage
-
         self.plan = plan
         self.serving = serving
         self.batch_size = plan.batch_size
@@ -108,39 +83,34 @@ class Deployment:
         self.reference: nn.Module | None = None  # the unsplit model, for checking answers (set by deploy_plan)
         self._queue = RequestQueue(serving.queue_size)
         self._meter = Meter([s.device for s in setup.stages], serving.stats_window)
-        self._slots = threading.Semaphore(serving.in_flight or setup.world_size + 1)
-        self._lock = threading.Lock()  # guards _in_flight and _settled
+        self._lock = threading.Lock()  # guards _in_flight, _settled and the process table
+        self._changed = threading.Condition(self._lock)  # in flight shrank, a report came, a process ended
+        self._dispatch = threading.Lock()  # held by the feeder while it dispatches, by a switch while it runs
         self._in_flight: dict[int, list[Request]] = {}
-        self._settled = False  # the collector has failed what was left: nothing may enter _in_flight
+        self._settled = False  # the deployment has ended: nothing may enter _in_flight
+        self._stopping = False  # the feeder told the processes to stop
         self._ids = itertools.count()
-        self._ready: set[int] = set()
-        self._started = threading.Event()
         self._ended = threading.Event()
         self._failure: BaseException | None = None
         self.totals: list[dict[str, Any]] | None = None  # each stage's totals, after a clean close
+        self._ended_totals: dict[str, dict[str, Any]] = {}
         # What feeds the calibration store when a drained deployment closes (deploy_plan sets it
         # when the run options calibrate); the notes say what it recorded.
         self.calibration: tuple[Any, Any] | None = None  # (the captured graph, the run setup)
         self.calibration_notes: list[str] = []
-
-        inbox, self._inbox = mp.Pipe(duplex=False)
-        pairs = [mp.Pipe(duplex=False) for _ in setup.stages]
-        self._outboxes: dict[Connection, int] = {recv: k for k, (recv, _) in enumerate(pairs)}
-        extra = [(inbox if k == 0 else None, send) for k, (_, send) in enumerate(pairs)]
-        args = (setup, builds, modules, rebuildable)
-        self._threads = [threading.Thread(target=self._supervise, args=(*args, serve_stage, extra),
-                                          name="pipeplan-deploy-supervisor", daemon=True),
-                         threading.Thread(target=self._collect, name="pipeplan-deploy-collector", daemon=True),
-                         threading.Thread(target=self._feed, name="pipeplan-deploy-feeder", daemon=True)]
+        self._init_switching(setup, rebuilt, builds, options)
+        self._threads = [threading.Thread(target=self._supervise, name="pipeplan-deploy-supervisor", daemon=True),
+                         threading.Thread(target=self._collect, name="pipeplan-deploy-collector", daemon=True)]
         for thread in self._threads:
             thread.start()
-        if not self._started.wait(serving.start_timeout) and self._failure is None:
-            self.close(drain=False)
-            raise RunError(f"the deployment's {setup.world_size} stages were not ready after "
-                           f"{serving.start_timeout:g}s (ServeOptions.start_timeout)")
-        if self._failure is not None:
-            self._ended.wait()
-            raise self._failure
+        try:
+            self._start(builds)
+        except BaseException:
+            self._end(None)
+            raise
+        self._threads.append(threading.Thread(target=self._feed, name="pipeplan-deploy-feeder", daemon=True))
+        self._threads[-1].start()
+        self._start_switcher()
 
     # -- the public surface ------------------------------------------------------------------
 
@@ -184,8 +154,8 @@ class Deployment:
         return out[:n]
 
     def stats(self) -> DeploymentStats:
-        """Counters, per-request queueing and latency, and per-stage compute, transfer and idle times
-        (see :mod:`pipeplan.executor.deploy_stats`)."""
+        """Counters, per-request queueing and latency, per-stage compute, transfer and idle times of
+        the current layout, and every switch (see :mod:`pipeplan.executor.deploy_stats`)."""
         with self._lock:
             in_flight = len(self._in_flight)
         return self._meter.snapshot(len(self._queue), in_flight)
@@ -197,17 +167,18 @@ class Deployment:
 
     def close(self, drain: bool = True, timeout: float = 60.0) -> None:
         """Stop taking requests; with ``drain``, answer every queued one first, else fail them with
-        :class:`~pipeplan.executor.errors.DeploymentClosed`.  Then stop the stages (waiting up to ``timeout``
-        seconds, after which they are killed).  Raises the stage failure, if one ended the deployment."""
+        :class:`~pipeplan.executor.errors.DeploymentClosed`.  Then stop the processes (waiting up to
+        ``timeout`` seconds, after which they are killed).  Raises the stage failure, if one ended the
+        deployment."""
         closed = DeploymentClosed("the deployment was closed")
+        self._stop_switcher()
         self._queue.close(closed)
         if not drain:
             self._fail(self._queue.clear(), closed)
         self._ended.wait(timeout)
         if not self._ended.is_set():
-            log.warning("deployment stages did not stop within %gs; stopping them", timeout)
-            self._inbox.close()  # stage 0 reads EOF and stops; spawn stops the others
-            self._ended.wait(10)
+            log.warning("deployment processes did not stop within %gs; stopping them", timeout)
+            self._end(None)
         for thread in self._threads:
             thread.join(timeout=5)
         if self._failure is not None:
@@ -219,12 +190,12 @@ class Deployment:
         """Each stage's mean compute over the stats window, recorded against its prediction, as a
         run's are (:func:`pipeplan.executor.run.feed_back`): the plans made after it use them."""
         stats = self._meter.snapshot(0, 0)
-        if self.calibration is None or stats.microbatches < _CALIBRATE_AFTER:
+        if self.calibration is None or min((s.microbatches for s in stats.stages), default=0) < _CALIBRATE_AFTER:
             return
         from pipeplan.executor.run import feed_back
 
-        graph, setup = self.calibration
-        self.calibration_notes = feed_back(self.plan, graph, setup, [s.compute for s in stats.stages])
+        graph = self.calibration[0]
+        self.calibration_notes = feed_back(self.plan, graph, self._setup, [s.compute for s in stats.stages])
         for note in self.calibration_notes:
             log.info("%s", note)
 
@@ -236,100 +207,154 @@ class Deployment:
 
     # -- the threads ---------------------------------------------------------------------------
 
-    def _supervise(self, *args: Any) -> None:
-        setup, builds, modules, rebuildable, body, extra = args
-        try:
-            self.totals = spawn(setup, builds, modules, rebuildable, body=body, extra=extra)
-        except BaseException as exc:  # a StageFailure names the stage; anything else ends serving too
-            self._failure = exc
-            self._queue.close(exc)
-            self._fail(self._queue.clear(), exc)
-        finally:
-            for ends in extra:  # spawn closed those it handed over; a failed start may have left others
-                for conn in ends:
-                    if conn is not None:
-                        conn.close()
-            self._ended.set()
-            self._started.set()  # a start that failed must not wait for start_timeout
-
     def _feed(self) -> None:
-        self._started.wait()
         max_wait = self.serving.max_wait_ms / 1e3
-        for step in itertools.count():
-            while not self._slots.acquire(timeout=_POLL):
-                if self._ended.is_set():
+        while not self._ended.is_set():
+            with self._changed:
+                while len(self._in_flight) >= self._capacity() and not self._ended.is_set():
+                    self._changed.wait(_POLL)
+            with self._dispatch:
+                taken = self._queue.take(self.batch_size, max_wait)
+                if taken:
+                    self._dispatch_step(taken)
+                    continue
+                if taken is not None and self._drained_for_stop():
                     return
-            taken = self._queue.take(self.batch_size, max_wait)
-            # A future cancelled while it waited is dropped; the others can no longer be cancelled.
-            requests = [r for r in taken if r.future.set_running_or_notify_cancel()]
-            if not taken:
-                break
-            if not requests:
-                self._slots.release()
-                continue
-            now = time.perf_counter()
-            for r in requests:
-                r.dispatched = now
-            with self._lock:
-                settled = self._settled
-                if not settled:
-                    self._in_flight[step] = requests
-            if settled:
-                self._fail(requests, self._failure or DeploymentClosed("the deployment has stopped"))
-                return
-            self._meter.count("microbatches")
-            self._meter.count("padded", self.batch_size - len(requests))
-            try:
-                self._inbox.send((step, stack(requests, self._specs, self.batch_size)))
-            except OSError:  # stage 0 is gone: the supervisor says why and the collector fails these
-                return
-        with contextlib.suppress(OSError):  # stage 0 gone: nothing to stop
-            self._inbox.send(None)  # stop: every stage ends once the steps before it are done
+            if taken is None:  # held by a switch: wait for it to finish
+                self._queue.wait_released(_POLL)
+
+    def _drained_for_stop(self) -> bool:
+        """The queue is closed and empty: once nothing is in flight, stop the processes (True)."""
+        with self._changed:
+            if self._in_flight:
+                self._changed.wait(_POLL)  # a lost device may still send these back to the queue
+                return False
+            self._stopping = True
+            procs = list(self._procs.values())
+        for proc in procs:
+            proc.send(Stop())
+        return True
+
+    def _dispatch_step(self, taken: list[Request]) -> None:
+        # A future cancelled while it waited is dropped; the others can no longer be cancelled.  A
+        # request sent back to the queue by a lost device is running already.
+        requests = [r for r in taken if r.future.running() or r.future.set_running_or_notify_cancel()]
+        if not requests:
+            return
+        now = time.perf_counter()
+        step = next(self._steps)
+        with self._lock:
+            if self._settled:
+                settled = True
+            else:
+                settled = False
+                self._in_flight[step] = requests
+                for r in requests:
+                    r.dispatched = r.dispatched or now
+                procs = [self._procs[d] for d in self._devices]
+        if settled:
+            self._fail(requests, self._failure or DeploymentClosed("the deployment has stopped"))
+            return
+        self._meter.count("microbatches")
+        self._meter.count("padded", self.batch_size - len(requests))
+        inputs = stack(requests, self._specs, self.batch_size)
+        for k, proc in enumerate(procs):
+            proc.send(Run(step, inputs if k == 0 else None))  # a dead process: the supervisor handles it
 
     def _collect(self) -> None:
-        live = dict(self._outboxes)
-        while live:
+        while True:
             ended = self._ended.is_set()  # read before the pipes: what they hold then is all there is
+            with self._lock:
+                live = dict(self._outboxes)
             for ready in wait(list(live), timeout=0 if ended else _POLL):
                 conn = next(c for c in live if c is ready)  # wait() is typed for sockets and fds too
                 try:
                     message = conn.recv()
                 except (EOFError, OSError):
-                    del live[conn]
+                    with self._lock:
+                        self._outboxes.pop(conn, None)
                     continue
                 self._handle(message)
-            if ended and not any(conn.poll(0) for conn in live):
+            if ended and not any(_pending(conn) for conn in live):
                 break
-        self._ended.wait()  # the pipes can close before the supervisor has said why: wait for its word
         with self._lock:
             self._settled = True
             left = [r for requests in self._in_flight.values() for r in requests]
             self._in_flight.clear()
         self._fail(left, self._failure or DeploymentClosed("the deployment stopped before answering"))
-        for conn in self._outboxes:
-            conn.close()
 
-    def _handle(self, message: tuple[Any, ...]) -> None:
-        if message[0] == "ready":
-            self._ready.add(int(message[1]))
-            if len(self._ready) == len(self._outboxes):
-                self._started.set()
+    def _handle(self, message: Any) -> None:
+        if isinstance(message, (Ready, Parked)):
+            with self._changed:
+                self._reports[(message.layout, message.device)] = message
+                self._changed.notify_all()
+            if isinstance(message, Parked) and message.reason is not None:
+                self._lost(message.device, f"{message.device} left: {message.reason}", dead=False)
             return
-        _, rank, row, arrived, outputs = message
-        self._meter.step(rank, row, arrived)
-        if outputs is None:
+        if not isinstance(message, Stepped) or message.layout != self._layout:
+            return  # a step of a layout already left: its requests went back to the queue
+        self._meter.step(message.stage, message.row, message.arrived)
+        if message.outputs is None:
             return
-        step = int(row[0])
-        with self._lock:
+        step = int(message.row[0])
+        with self._changed:
             requests = self._in_flight.pop(step, None)
-        if requests is None:  # cannot happen: every step is sent once and answered once
-            log.error("the last stage answered step %d, which is not in flight; ignored", step)
+            self._changed.notify_all()
+        if requests is None:  # voided by a lost device: sent again under a new step
+            log.debug("dropping the answer to step %d, voided by a switch", step)
             return
         now = time.perf_counter()
-        for request, rows in zip(requests, unstack(outputs, len(requests)), strict=True):
+        for request, rows in zip(requests, unstack(message.outputs, len(requests)), strict=True):
             request.future.set_result(rows[0] if len(rows) == 1 else rows)
             self._meter.answered(request.submitted, request.dispatched, now)
-        self._slots.release()
+
+    def _supervise(self) -> None:
+        while not self._ended.is_set():
+            with self._lock:
+                live = {p.sentinel: p for p in self._all_procs if p.ended is None}
+            if not live:
+                if self._stopping:
+                    self._end(None)
+                    return
+                time.sleep(_POLL)
+                continue
+            for sentinel in wait(list(live), timeout=_POLL):
+                proc = next(p for key, p in live.items() if key == sentinel)  # wait() is typed for sockets too
+                kind, result = proc.collect()
+                with self._changed:
+                    self._changed.notify_all()
+                if kind == "ok":
+                    self._ended_totals[proc.device] = result
+                    continue
+                stage = self._devices.index(proc.device) if proc.device in self._devices else -1
+                failure = StageFailure(stage, proc.device, result["message"], result.get("details", ""))
+                if result.get("origin") == "forward" or not self.serving.recover or self._stopping:
+                    self._end(failure)
+                    return
+                self._lost(proc.device, f"{proc.device} died: {result['message']}", dead=True)
+            if self._stopping and all(p.ended is not None for p in live.values()):
+                self._end(None)
+                return
+
+    def _end(self, failure: BaseException | None) -> None:
+        """Stop serving: fail what waits (with ``failure``, if one ended it) and stop every process."""
+        if failure is not None and self._failure is None:
+            self._failure = failure
+            self._queue.close(failure)
+        with self._changed:  # a switch voiding steps from now on fails them instead of queueing them
+            self._ended.set()
+        if self._failure is not None:
+            self._fail(self._queue.clear(), self._failure)
+        with self._lock:
+            procs = list(self._all_procs)
+        for proc in procs:
+            proc.stop()
+        order = {d: k for k, d in enumerate(self._devices)}
+        totals = sorted(self._ended_totals.values(), key=lambda t: order.get(t["device"], len(order)))
+        self.totals = [{**t, "stage": order.get(t["device"])} for t in totals] if failure is None else None
+        self._ended.set()
+        with self._changed:
+            self._changed.notify_all()
 
     def _fail(self, requests: list[Request], exc: BaseException) -> None:
         failed = 0
@@ -341,15 +366,23 @@ class Deployment:
         self._meter.count("failed", failed)
 
 
+def _pending(conn: Connection) -> bool:
+    try:
+        return conn.poll(0)
+    except (OSError, EOFError):
+        return False
+
+
 def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: Any = None,
-           options: RunOptions | None = None, serving: ServeOptions | None = None, *,
-           kwargs: Mapping[str, Any] | None = None) -> Deployment:
+                options: RunOptions | None = None, serving: ServeOptions | None = None, *,
+                kwargs: Mapping[str, Any] | None = None) -> Deployment:
     """Start serving ``plan`` and return the running :class:`Deployment` once every stage is ready.
 
     The model comes as for :func:`pipeplan.executor.run.run_plan` (the plan's source, or ``module`` on the
     example ``inputs``); ``options`` are a run's (cluster, device, threads, ``timeout`` of every
-    wait, schedule); ``serving`` how requests are taken.  Raises what ``run_plan`` raises before
-    anything starts, and :class:`~pipeplan.executor.errors.StageFailure` if a stage fails to start.
+    wait, schedule); ``serving`` how requests are taken and when the layout changes.  Raises what
+    ``run_plan`` raises before anything starts, and :class:`~pipeplan.executor.errors.StageFailure` if a
+    stage fails to start.
     """
     options = options or RunOptions()
     if options.loads:
@@ -368,8 +401,9 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
 
     builds = build_stages(plan, rebuilt, check=False)
     log.info("deploying %s on %d stage processes (%s)", plan.model, setup.world_size, setup.backend)
-    deployment = Deployment(plan, setup, builds, rebuilt.modules, module is None, serving or ServeOptions())
+    deployment = Deployment(plan, setup, rebuilt, builds, options, serving or ServeOptions())
     deployment.reference = rebuilt.model
     if calibrate:
         deployment.calibration = (rebuilt.captured.graph, setup)
     return deployment
+

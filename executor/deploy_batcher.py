@@ -14,6 +14,10 @@ down the pipeline has exactly the plan's microbatch size ``B``:
 A full queue refuses: :meth:`RequestQueue.put` waits up to its ``timeout`` (0: not at all) for
 room, then raises :class:`~pipeplan.executor.errors.QueueFullError`, so a caller sees back-pressure instead
 of an unbounded backlog.
+
+A switch holds the queue (:meth:`~RequestQueue.hold`: ``take`` hands out nothing meanwhile, submitters still
+queue) and may :meth:`~RequestQueue.requeue` the requests of voided steps at its front, ahead of the
+newer ones and past the capacity (they were admitted once already).
 """
 
 from __future__ import annotations
@@ -113,6 +117,11 @@ class RequestQueue:
         self._items: deque[Request] = deque()
         self._cond = threading.Condition()
         self._closed: BaseException | None = None
+        self._held = False
+
+    @property
+    def closed(self) -> bool:
+        return self._closed is not None
 
     def __len__(self) -> int:
         with self._cond:
@@ -137,23 +146,50 @@ class RequestQueue:
             self._items.append(request)
             self._cond.notify_all()
 
-    def take(self, size: int, max_wait: float) -> list[Request]:
+    def take(self, size: int, max_wait: float) -> list[Request] | None:
         """Up to ``size`` requests, once ``size`` are waiting or the oldest has waited ``max_wait``
-        seconds; blocks while the queue is empty.  Returns [] once closed and empty."""
+        seconds; blocks while the queue is empty.  Returns [] once closed and empty, None while held."""
         with self._cond:
-            while not self._items:
+            while not self._items or self._held:
+                if self._held:
+                    return None
                 if self._closed is not None:
                     return []
                 self._cond.wait()
             deadline = self._items[0].submitted + max_wait
-            while len(self._items) < size and self._closed is None:
+            while len(self._items) < size and self._closed is None and not self._held:
                 left = deadline - time.perf_counter()
                 if left <= 0:
                     break
                 self._cond.wait(left)
+            if self._held:
+                return None
             taken = [self._items.popleft() for _ in range(min(size, len(self._items)))]
             self._cond.notify_all()  # room for waiting submitters
             return taken
+
+    def hold(self) -> None:
+        """Hand out nothing until :meth:`release` (a ``take`` waiting returns None at once)."""
+        with self._cond:
+            self._held = True
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._held = False
+            self._cond.notify_all()
+
+    def wait_released(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds for :meth:`release`."""
+        with self._cond:
+            if self._held:
+                self._cond.wait(timeout)
+
+    def requeue(self, requests: Sequence[Request]) -> None:
+        """Put ``requests`` back at the front, in their order (even when closed: they were admitted)."""
+        with self._cond:
+            self._items.extendleft(reversed(requests))
+            self._cond.notify_all()
 
     def close(self, reason: BaseException) -> None:
         """Refuse new requests from now on (``reason`` is what ``put`` reports); queued ones stay."""

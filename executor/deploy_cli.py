@@ -4,7 +4,10 @@ There is no network endpoint yet: the command is the deployment's load test.  It
 ``--requests`` samples drawn as a run draws its batches, at ``--rate`` per second (open loop: a
 request the full queue refuses is counted, not retried) or as fast as the queue takes them,
 checks the first ``--check`` answers against the unsplit model, and prints the deployment's
-statistics (:mod:`pipeplan.executor.deploy_stats`) beside the plan's predicted stage compute.
+statistics (:mod:`pipeplan.executor.deploy_stats`) beside the plan's predicted stage compute, and
+every live switch: ``--switch PLAN.json@N`` switches to another plan once N requests are sent,
+``--drift R`` re-plans when a stage's compute strays from its prediction by more than R, and a
+stage process that dies is re-planned around unless ``--no-recover``.
 """
 
 from __future__ import annotations
@@ -45,14 +48,22 @@ def add_deploy_arguments(p: argparse.ArgumentParser) -> None:
                    help="answers compared with the unsplit model (16; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="seed of the generated requests (0)")
     p.add_argument("--stats", metavar="OUT.json", help="write the final statistics as JSON")
+    p.add_argument("--switch", metavar="PLAN.json@N", help="switch live to another plan after N requests are sent")
+    p.add_argument("--drift", type=float, metavar="R",
+                   help="re-plan when a stage's measured compute strays from the prediction by more than R (0.5)")
+    p.add_argument("--no-recover", action="store_true",
+                   help="a stage process that dies fails the requests not answered, instead of a re-plan")
     p.add_argument("--no-calibrate", action="store_true",
                    help="do not record the stages' times for calibrated:MODEL cost models when it closes")
 
 
-def _send(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]], rate: float) -> list[Future[Any]]:
+def _send(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]], rate: float,
+          switch: tuple[Plan, int] | None = None) -> list[Future[Any]]:
     futures: list[Future[Any]] = []
     start = time.perf_counter()
     for k, (args, kwargs) in enumerate(requests):
+        if switch is not None and k == switch[1]:
+            d.switch(switch[0], why=f"--switch after {k} requests")
         if rate > 0:
             time.sleep(max(0.0, start + k / rate - time.perf_counter()))
         try:
@@ -108,6 +119,35 @@ def _table(stats: DeploymentStats, plan: Plan) -> Any:
     return table
 
 
+def _switches_table(stats: DeploymentStats) -> Any:
+    from rich.table import Table
+
+    from pipeplan.costmodel.units import format_bytes
+
+    table = Table(title=f"live switches: {len(stats.switches)}", title_justify="left")
+    for col in ("layout", "at s", "why", "stages after", "layers moved", "sent", "reloaded", "pause ms",
+                "replayed", "bottleneck pred ms", "measured ms"):
+        table.add_column(col, justify="left" if col in ("why", "stages after") else "right")
+    for r in stats.switches:
+        measured = f"{r.measured_bottleneck * 1e3:.3f}" if r.measured_bottleneck is not None else "–"
+        table.add_row(str(r.layout), f"{r.at:.2f}", r.why, ", ".join(r.devices_after), str(len(r.moves)),
+                      format_bytes(r.bytes_sent), format_bytes(r.bytes_reloaded), f"{r.pause * 1e3:.1f}",
+                      str(r.replayed), f"{r.predicted_bottleneck * 1e3:.3f}", measured)
+    return table
+
+
+def _switch_arg(text: str | None) -> tuple[Plan, int] | None:
+    from pipeplan.cli import CliError
+    from pipeplan.planner.plan import Plan
+
+    if text is None:
+        return None
+    path, sep, count = text.rpartition("@")
+    if not sep or not path or not count.isdigit():
+        raise CliError(f"--switch {text!r}: write PLAN.json@N, e.g. other.json@500")
+    return Plan.load(path), int(count)
+
+
 def cmd_deploy(args: argparse.Namespace) -> None:
     import json
     from pathlib import Path
@@ -121,15 +161,19 @@ def cmd_deploy(args: argparse.Namespace) -> None:
 
     options = RunOptions(cluster=args.cluster, device=args.device, threads=args.threads, schedule=args.schedule,
                          timeout=args.timeout, calibrate=not args.no_calibrate)
-    serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight)
+    serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight,
+                           recover=not args.no_recover, drift=args.drift)
     plan = with_source(Plan.load(args.plan), args.model)
+    switch = _switch_arg(args.switch)
     console = Console() if sys.stdout.isatty() else Console(width=170)
     with deploy_plan(plan, options=options, serving=serving) as d:
         requests = d.samples(args.requests, seed=args.seed)
-        futures = _send(d, requests, args.rate)
+        futures = _send(d, requests, args.rate, switch)
         answers = [f.result() for f in futures]
         stats = d.stats()
-    console.print(_table(stats, plan))
+    console.print(_table(stats, d.plan))
+    if stats.switches:
+        console.print(_switches_table(stats))
     checked = requests[: args.check] if len(futures) == len(requests) else []
     console.print(_check(d, checked, answers[: len(checked)]) if checked else
                   "answers not checked" + (" (some requests were refused)" if args.check else ""))

@@ -63,7 +63,7 @@ def test_every_request_is_answered_once_as_the_unsplit_model_would(clusters: dic
         for t in threads:
             t.join()
         answers = {k: f.result(timeout=30) for k, f in futures.items()}  # type: ignore[attr-defined]
-        stats = d.stats()
+    stats = d.stats()  # after close: every stage's last report is in (they come on separate pipes)
     assert d.totals is not None and [t["steps"] for t in d.totals] == [stats.microbatches] * 2
 
     with torch.no_grad():
@@ -128,13 +128,13 @@ def test_closing_without_draining_fails_the_queued_requests(clusters: dict[int, 
     assert not multiprocessing.active_children()
 
 
-def test_a_stage_that_dies_fails_the_outstanding_requests_naming_it(clusters: dict[int, Path]) -> None:
+def test_without_recovery_a_stage_that_dies_fails_the_outstanding_requests_naming_it(clusters: dict[int, Path]) -> None:
     plan = plan_with_cuts(capture_model("mlp", 4), clusters[2], ["net.4"])
-    d = deploy_plan(plan, options=_options(clusters[2]), serving=ServeOptions(max_wait_ms=60_000))
+    d = deploy_plan(plan, options=_options(clusters[2]), serving=ServeOptions(max_wait_ms=60_000, recover=False))
     served = [d.submit(torch.randn(256)) for _ in range(4)]  # a full microbatch leaves at once
     assert all(f.result(timeout=30).shape == (10,) for f in served)
     outstanding = d.submit(torch.randn(256))
-    stage1 = next(p for p in multiprocessing.active_children() if p.name == "pipeplan-stage-1")
+    stage1 = next(p for p in multiprocessing.active_children() if p.name == "pipeplan-deploy-cpu1")
     start = time.monotonic()
     assert stage1.pid is not None
     os.kill(stage1.pid, signal.SIGKILL)

@@ -68,3 +68,20 @@ def test_a_full_queue_refuses_and_a_closed_one_drains() -> None:
         queue.put(_request(3, torch.zeros(1)))
     assert [r.id for r in queue.take(4, max_wait=60.0)] == [0, 1]  # closed: no wait for the bound
     assert queue.take(4, max_wait=60.0) == []
+
+
+def test_a_held_queue_hands_out_nothing_and_requeued_requests_go_first() -> None:
+    q = RequestQueue(2)
+    first, second, third = (_request(k) for k in range(3))
+    q.put(first)
+    q.put(second)
+    q.hold()
+    assert q.take(2, 0.0) is None and len(q) == 2  # a switch is running: nothing leaves
+    waiter = threading.Thread(target=q.wait_released, args=(5.0,))
+    waiter.start()
+    q.release()
+    waiter.join(timeout=5)
+    assert not waiter.is_alive()
+    assert q.take(1, 0.0) == [first]
+    q.requeue([third, first])  # voided steps' requests, past the capacity of 2, ahead of the rest
+    assert len(q) == 3 and q.take(3, 0.0) == [third, first, second]

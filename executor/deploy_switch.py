@@ -1,0 +1,401 @@
+"""Live switches of a deployment: drain, move the layers that change over the process group, resume.
+
+A switch runs on the deployment's *switcher* thread, one at a time:
+
+1. **Pause** — hold the request queue and take the feeder's lock: nothing is dispatched from here on.
+2. **Drain** — wait for the microbatches in flight to be answered (a planned switch), or **void**
+   them (a lost device): their requests go back to the front of the queue, in order, and any late
+   answer to a voided step is dropped, so each is answered once, by the new layout.
+3. **Leave** — every process leaves the old layout's process group (:class:`~pipeplan.executor.deploy_stage.Leave`);
+   one that does not within the process group's timeout is stopped, and its state counts as lost.
+4. **Enter** — the new layout's orders (:mod:`pipeplan.executor.deploy_layout`): processes start for
+   new devices, the state that changes device goes over a new process group from its holder,
+   a dead device's state is reloaded from the deployment's copy, processes without a part end.
+5. **Resume** — the feeder dispatches again; the switch is recorded in the statistics.
+
+Triggers: :meth:`Switching.switch` (a plan), :meth:`Switching.replan` (a cluster state:
+:func:`pipeplan.planner.replan.replan` decides whether to move, counting what moving costs),
+:meth:`Switching.remove_device` and :meth:`Switching.add_device`; a device process that dies (the
+supervisor calls ``_lost``); a stage whose measured compute drifts from its prediction
+(``ServeOptions.drift``: the cluster state then says the device is that much slower or faster).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+import queue
+import tempfile
+import threading
+import time
+from concurrent.futures import Future
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeplan.costmodel.cluster import Cluster
+from pipeplan.executor.deploy_layout import LayoutOrders, StateIndex, layout_orders, stage_builds
+from pipeplan.executor.deploy_procs import DeviceProcess, start_device
+from pipeplan.executor.deploy_stage import Leave, Parked, Ready
+from pipeplan.executor.deploy_stats import LayerMove, SwitchRecord
+from pipeplan.executor.deploy_triggers import cluster_without, watch_drift
+from pipeplan.executor.errors import PlanMismatchError, RunError
+from pipeplan.executor.launch import free_port
+from pipeplan.executor.options import RunOptions, RunSetup, resolve
+from pipeplan.executor.validate import check_plan
+from pipeplan.planner.plan import Plan
+
+if TYPE_CHECKING:
+    from pipeplan.executor.deploy_batcher import Request, RequestQueue
+    from pipeplan.executor.deploy_options import ServeOptions
+    from pipeplan.executor.deploy_stats import Meter
+
+__all__ = ["Switching"]
+
+log = logging.getLogger(__name__)
+
+_LEAVE_GRACE = 5.0  # seconds beyond the process group's timeout a process may take to leave a layout
+
+
+class Switching:
+    """The switching half of :class:`pipeplan.executor.deploy.Deployment` (state, jobs, triggers)."""
+
+    # What the deployment provides (pipeplan.executor.deploy).
+    plan: Plan
+    serving: ServeOptions
+    _lock: threading.Lock
+    _changed: threading.Condition
+    _dispatch: threading.Lock
+    _in_flight: dict[int, list[Request]]
+    _queue: RequestQueue
+    _meter: Meter
+    _ended: threading.Event
+    _failure: BaseException | None
+    _stopping: bool
+    _threads: list[threading.Thread]
+
+    def _end(self, failure: BaseException | None) -> None:
+        raise NotImplementedError
+
+    def _init_switching(self, setup: RunSetup, rebuilt: Any, builds: list[Any],
+                        options: RunOptions) -> None:
+        self._setup, self._options = setup, options
+        self._captured = rebuilt.captured
+        self._index = StateIndex(rebuilt.captured)
+        # The deployment's copy of the weights: only layers whose holder died are reloaded from it.
+        self.source_state = self._index.tensors
+        self._example_build = builds[0]
+        self.cluster = Cluster.from_dict(setup.cluster)
+        self._devices: list[str] = [s.device for s in setup.stages]
+        self._procs: dict[str, DeviceProcess] = {}  # the live processes, by device
+        self._all_procs: list[DeviceProcess] = []  # every process started, for the supervisor
+        self._outboxes: dict[Connection, DeviceProcess] = {}
+        self._holdings: dict[str, set[str]] = {}  # device → the state keys its process holds
+        self._reports: dict[tuple[int, str], Ready | Parked] = {}
+        self._layout = -1
+        self._steps = itertools.count()
+        self._epoch = time.perf_counter()
+        self._jobs: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
+        self._recovering = False
+        self._tmp = tempfile.TemporaryDirectory(prefix="pipeplan-deploy-")
+
+    def _capacity(self) -> int:
+        return self.serving.in_flight or len(self._devices) + 1
+
+    # -- the public triggers ------------------------------------------------------------------
+
+    def switch(self, plan: Plan, why: str = "switch requested") -> SwitchRecord:
+        """Change to ``plan``'s layout live and return the record of the switch.
+
+        The plan must be for the deployed model, on devices of :attr:`cluster`.  Requests keep
+        coming in; those queued or in flight are answered once, by one layout or the other."""
+        check_plan(plan, self._captured.graph)
+        missing = [s.device for s in plan.stages if s.device not in {d.id for d in self.cluster.devices}]
+        if missing:
+            raise PlanMismatchError(f"the plan puts stages on {', '.join(missing)}, which the deployment's cluster "
+                                    f"{self.cluster.name!r} lacks: use replan(cluster) or add_device(cluster)")
+        return self._run_job("switch", plan, why)
+
+    def replan(self, cluster: Cluster, why: str = "cluster changed", horizon: str | None = None,
+               costmodel: Any = None, time_limit: float = 5.0) -> SwitchRecord | None:
+        """Re-plan for ``cluster`` (the new state: loads, devices gone or added) with the cost of
+        moving counted (:func:`pipeplan.planner.replan.replan`), and switch if the new plan moves;
+        None when staying is best."""
+        plan = self._replanned(cluster, horizon, costmodel, time_limit)
+        self.cluster = cluster
+        if plan.migration is not None and plan.migration.decision == "stay":
+            log.info("re-planned for %s (%s): staying", cluster.name, why)
+            return None
+        return self._run_job("switch", plan, why)
+
+    def remove_device(self, device: str, why: str | None = None) -> SwitchRecord | None:
+        """Take ``device`` away, announced: re-plan without it; its process sends its layers on, then ends."""
+        return self.replan(cluster_without(self.cluster, {device}), why or f"device {device} removed")
+
+    def add_device(self, cluster: Cluster, why: str | None = None) -> SwitchRecord | None:
+        """Offer the devices of ``cluster`` (the current ones and new ones): re-plan onto them."""
+        added = sorted({d.id for d in cluster.devices} - {d.id for d in self.cluster.devices})
+        return self.replan(cluster, why or f"device{'s' if len(added) != 1 else ''} {', '.join(added)} added")
+
+    # -- jobs -------------------------------------------------------------------------------------
+
+    def _start_switcher(self) -> None:
+        threads = [threading.Thread(target=self._switcher, name="pipeplan-deploy-switcher", daemon=True)]
+        if self.serving.drift is not None:
+            threads.append(threading.Thread(target=watch_drift, args=(self,), name="pipeplan-deploy-drift",
+                                            daemon=True))
+        for thread in threads:
+            thread.start()
+        self._threads += threads
+
+    def _stop_switcher(self) -> None:
+        self._jobs.put(None)
+
+    def _run_job(self, *job: Any) -> Any:
+        if self._ended.is_set() or self._queue.closed:
+            raise RunError("the deployment is closed: it cannot switch")
+        done: Future[Any] = Future()
+        self._jobs.put((*job, done))
+        return done.result()
+
+    def _switcher(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            kind, *args, done = job
+            try:
+                result = self._recover(*args) if kind == "recover" else self._switch(*args)
+            except BaseException as exc:  # a switch that fails leaves no layout to serve: the deployment ends
+                log.error("switch failed: %s", exc)
+                if done is not None:
+                    done.set_exception(exc)
+                self._end(exc if isinstance(exc, RunError) else RunError(f"a switch failed: {exc}"))
+                return
+            if done is not None:
+                done.set_result(result)
+
+    def _lost(self, device: str, reason: str, dead: bool) -> None:
+        """A process died (``dead``) or left its layout on a failed transfer: re-plan onto the live ones."""
+        with self._lock:
+            if self._recovering or self._ended.is_set() or self._stopping or self._layout < 0:
+                return
+            self._recovering = True
+        log.warning("lost %s (%s): re-planning onto the devices left", device, reason)
+        self._jobs.put(("recover", reason, None))
+
+    # -- the switch ------------------------------------------------------------------------------
+
+    def _switch(self, plan: Plan, why: str) -> SwitchRecord:
+        started = time.perf_counter()
+        self._queue.hold()
+        try:
+            with self._dispatch:
+                held = time.perf_counter()
+                replayed = self._drain()
+                drained = time.perf_counter()
+                dead = self._leave()
+                if dead:  # lost a device while switching: the plan asked for may need it
+                    self.cluster = cluster_without(self.cluster, dead)
+                    plan = self._replanned(self.cluster, None, None, 5.0)
+                    why += f"; re-planned without {', '.join(sorted(dead))}"
+                return self._enter_plan(plan, why, started, held, drained, replayed)
+        finally:
+            self._queue.release()
+
+    def _recover(self, reason: str) -> SwitchRecord:
+        started = time.perf_counter()
+        self._queue.hold()
+        try:
+            with self._dispatch:
+                held = time.perf_counter()
+                replayed = self._void()
+                dead = self._leave()
+                with self._lock:
+                    self._recovering = False  # another loss from here on is another recovery
+                if not self._procs:
+                    raise RunError(f"every device process is gone ({reason}): nothing left to serve on")
+                if dead:
+                    self.cluster = cluster_without(self.cluster, dead)
+                plan = self._replanned(self.cluster, None, None, 5.0) if dead else self.plan
+                why = f"recovery: {', '.join(sorted(dead))} lost" if dead else "recovery: no process lost"
+                return self._enter_plan(plan, f"{why} (first notice: {reason[:160]})", started, held, held,
+                                        replayed)
+        finally:
+            self._queue.release()
+
+    def _drain(self) -> int:
+        """Wait for the steps in flight to be answered; void them instead if a device is lost meanwhile."""
+        deadline = time.perf_counter() + self._options.timeout
+        with self._changed:
+            while self._in_flight and not self._recovering and not self._ended.is_set():
+                if time.perf_counter() > deadline:
+                    break
+                self._changed.wait(0.05)
+        return self._void()
+
+    def _void(self) -> int:
+        """Send the requests of every step in flight back to the front of the queue; return how many."""
+        with self._changed:
+            steps = sorted(self._in_flight)
+            requests = [r for s in steps for r in self._in_flight.pop(s)]
+            self._changed.notify_all()
+            ended = self._ended.is_set()
+            if not ended:  # under the lock: _end sets _ended under it, then fails what the queue holds
+                self._queue.requeue(requests)
+        if ended:
+            raise self._failure or RunError("the deployment ended while switching")
+        self._meter.count("replayed", len(requests))
+        return len(requests)
+
+    def _leave(self) -> set[str]:
+        """Make every live process leave the current layout; return the devices whose process is gone."""
+        number = self._layout
+        with self._lock:
+            procs = dict(self._procs)
+        for proc in procs.values():
+            proc.send(Leave(number))
+        deadline = time.perf_counter() + self._options.timeout + _LEAVE_GRACE
+        with self._changed:
+            while True:
+                waiting = [d for d, p in procs.items() if p.alive() and (number, d) not in self._reports]
+                if not waiting or time.perf_counter() > deadline:
+                    break
+                self._changed.wait(0.05)
+        for device in waiting:  # stuck in a transfer past the timeout: its state counts as lost
+            log.warning("the process of %s did not leave layout %d; stopping it", device, number)
+            procs[device].stop()
+        dead = {d for d, p in procs.items() if not p.alive()}
+        with self._lock:
+            for device in dead:
+                self._procs.pop(device, None)
+                self._holdings.pop(device, None)
+        return dead
+
+    def _replanned(self, cluster: Cluster, horizon: str | None, costmodel: Any,
+                   time_limit: float) -> Plan:
+        from pipeplan.costmodel.registry import load_cost_model
+        from pipeplan.planner.ilp import SolverOptions
+        from pipeplan.planner.migration import Horizon
+        from pipeplan.planner.problem import Problem
+        from pipeplan.planner.replan import replan
+
+        if costmodel is None:
+            try:
+                costmodel = load_cost_model(self.plan.costmodel)
+            except ValueError:
+                costmodel = load_cost_model("analytic")
+        options = self.plan.options
+        if options.max_devices is not None and options.max_devices > len(cluster.devices):
+            options = dataclasses.replace(options, max_devices=None)
+        problem = Problem(self._captured.graph, cluster, costmodel, options)
+        current = Plan.from_dict(self.plan.to_dict())
+        return replan(problem, current, Horizon.parse(horizon or self.serving.horizon), reload=self.serving.reload,
+                      options=SolverOptions(time_limit=time_limit, workers=1))
+
+    def _start(self, builds: list[Any]) -> None:
+        orders = layout_orders(0, self._setup, builds, self._index, {}, init_method=_init_method(),
+                               epoch=self._epoch, first=True)
+        self._enter(orders, self._setup, self.plan, self.serving.start_timeout)
+
+    def _enter_plan(self, plan: Plan, why: str, started: float, held: float, drained: float,
+                    replayed: int) -> SwitchRecord:
+        if not self._procs and not self.cluster.devices:
+            raise RunError("no devices left to serve on")
+        path = Path(self._tmp.name) / f"cluster-{self._layout + 1}.json"
+        self.cluster.save(path)
+        setup = resolve(plan, dataclasses.replace(self._options, cluster=str(path)), local=True)
+        if setup.backend != "gloo" or any(s.gpu is not None for s in setup.stages):
+            raise RunError("a live switch moves state over gloo between CPU stages; this layout uses GPUs")
+        builds = stage_builds(self._captured, plan, self._example_build)
+        with self._lock:
+            holdings = {d: set(keys) for d, keys in self._holdings.items() if d in self._procs}
+        before = self.plan
+        orders = layout_orders(self._layout + 1, setup, builds, self._index, holdings, init_method=_init_method(),
+                               epoch=self._epoch)
+        readies = self._enter(orders, setup, plan, self.serving.start_timeout)
+        resumed = time.perf_counter()
+        old = before.assignment()
+        moves = [LayerMove(layer, old[layer] if old[layer] in holdings else "storage", device,
+                           self._captured.graph[layer].param_bytes)
+                 for layer, device in plan.assignment().items() if old.get(layer) != device]
+        record = SwitchRecord(
+            layout=orders.orders[setup.stages[0].device].number, at=started - self._epoch, why=why,
+            devices_before=[s.device for s in before.stages], devices_after=[s.device for s in plan.stages],
+            moves=moves, bytes_sent=sum(r.received for r in readies), bytes_reloaded=sum(r.reloaded for r in readies),
+            bytes_kept=sum(r.kept for r in readies),
+            model_bytes=sum(self._index.nbytes(k) for k in self._index.tensors),
+            pause=resumed - held, drain=drained - held, wait=held - started, replayed=replayed,
+            predicted_bottleneck=plan.bottleneck,
+            started=[d for d in orders.orders if d not in holdings], stopped=[*orders.stop,
+                                                                             *(d for d, o in orders.orders.items()
+                                                                               if o.stage is None)])
+        self._meter.switched(record, [s.device for s in setup.stages])
+        log.info("switched to layout %d (%s): %d layers moved, %d bytes sent, paused %.3fs", record.layout, why,
+                 len(moves), record.bytes_sent, record.pause)
+        return record
+
+    def _enter(self, orders: LayoutOrders, setup: RunSetup, plan: Plan, timeout: float) -> list[Ready]:
+        """Send the orders (starting processes for new devices) and wait for every one to answer."""
+        number = next(iter(orders.orders.values())).number
+        with self._lock:
+            for device in orders.orders:
+                if device not in self._procs:
+                    proc = start_device(device, setup, self._registrations())
+                    self._procs[device] = proc
+                    self._all_procs.append(proc)
+                    self._outboxes[proc.outbox] = proc
+            procs = dict(self._procs)
+        for device in orders.stop:
+            procs[device].send(_stop())
+        for device, order in orders.orders.items():
+            procs[device].send(order)
+        deadline = time.perf_counter() + timeout
+        with self._changed:
+            while True:
+                waiting = [d for d in orders.orders if not isinstance(self._reports.get((number, d)), Ready)]
+                gone = [d for d in waiting if not procs[d].alive()]
+                if not waiting or gone or self._ended.is_set():
+                    break
+                if time.perf_counter() > deadline:
+                    raise RunError(f"layout {number}: {', '.join(waiting)} not ready after {timeout:g}s "
+                                   "(ServeOptions.start_timeout)")
+                self._changed.wait(0.05)
+        if gone or self._ended.is_set():
+            if self._failure is not None:
+                raise self._failure
+            kind, result = procs[gone[0]].collect()
+            from pipeplan.executor.errors import StageFailure
+
+            stage = orders.orders[gone[0]].stage
+            raise StageFailure(stage if stage is not None else -1, gone[0], result["message"] if kind == "error"
+                               else "the process ended before its layout was ready", result.get("details", "")
+                               if isinstance(result, dict) else "")
+        readies = [r for d in orders.orders if isinstance(r := self._reports[(number, d)], Ready)]
+        with self._lock:
+            self._layout = number
+            self._setup, self.plan = setup, plan
+            self._devices = [s.device for s in setup.stages]
+            for device, order in orders.orders.items():
+                if order.stage is None:
+                    self._procs.pop(device, None)
+                    self._holdings.pop(device, None)
+                else:
+                    self._holdings[device] = set(order.attrs.values())
+            for device in orders.stop:
+                self._procs.pop(device, None)
+                self._holdings.pop(device, None)
+            self._reports = {k: v for k, v in self._reports.items() if k[0] > number}
+        return readies
+
+    def _registrations(self) -> list[str]:
+        from pipeplan.executor.source import registrations
+
+        return registrations(self._captured.program)
+
+def _init_method() -> str:
+    return f"tcp://127.0.0.1:{free_port()}"
+
+
+def _stop() -> Any:
+    from pipeplan.executor.deploy_stage import Stop
+
+    return Stop("no part in the new layout")
