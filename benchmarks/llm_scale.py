@@ -13,7 +13,7 @@ into the warm start (the baselines, timed again on their own), CP-SAT's own time
 among optimal plans (from its note in the certificate) and the rest (tick tables, the stage
 program, building CP-SAT's model; a difference of two timings, so noisy); "solve s, no tie-break" is
 a second solve with ``tie_break=False``, and "cold s, no tie-break" a third with no warm start as
-well (the stage program then starts from the price bound, :mod:`pipeplan.planner.ilp_bound`).  Memory
+well (the stage program then starts from the price bound, :mod:`pipeplan.planner.bound`).  Memory
 columns compare the planner's memory figure for the fullest stage with the liveness figure of
 :func:`pipeplan.costmodel.memory.stage_memory` for the same stage.
 

@@ -11,7 +11,7 @@ Prints a table; not a test.  Run: ``.venv/bin/python benchmarks/planner_bench.py
 where CP-SAT runs; ``--quick`` a few seconds).
 
 ``time s`` is the wall time of :func:`pipeplan.planner.ilp.solve`: the baselines of the warm start, the stage
-program of :mod:`pipeplan.planner.ilp_bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
+program of :mod:`pipeplan.planner.bound`, model building and CP-SAT; ``CP-SAT s`` is CP-SAT's own, of
 which ``presolve s`` passed before the search began ("-": CP-SAT did not run because the stage
 program's bound already proved the plan, or the time limit struck during presolve).  ``sol s`` is
 when CP-SAT found its last improving solution ("hint": none but its hint), read from its search
@@ -219,7 +219,7 @@ class Result:
     gap: float = math.nan  # (objective − best bound) / objective, from the certificate's numbers
     ilp: float = math.nan
     from_warm_start: bool = False
-    from_program: bool = False  # the plan is the stage program's (pipeplan.planner.ilp_bound)
+    from_program: bool = False  # the plan is the stage program's (pipeplan.planner.bound)
     cp_sat_run: bool = True  # False: the stage program's bound proved the plan, CP-SAT never ran
     best_name: str = "-"
     best: float = math.nan

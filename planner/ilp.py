@@ -1,18 +1,20 @@
 """Optimal pipeline partitioning of a layer DAG over heterogeneous, contended devices (CP-SAT).
 
-A solve has three steps; none changes what the optimum is:
+A solve has four steps, each a method of ``_Solve``; none changes what the optimum is:
 
 1. **Warm start**: the best baseline (:func:`pipeplan.planner.baselines.best_baseline`).
-2. **Stage program** (:mod:`pipeplan.planner.ilp_bound`): a dynamic program over the graph's ideals (the
+2. **Stage program** (:mod:`pipeplan.planner.bound`): a dynamic program over the graph's ideals (the
    sets of layers on the first i stages of a plan) gives a lower bound on the bottleneck that no
-   plan beats, and plans near it.  It runs in rounds (:func:`_rounds`), cheap ones first (plain
-   link charges; then, where links differ between hosts, exact receipts from the host that holds
-   each tensor (:mod:`pipeplan.planner.ilp_held`), then link groups, then an assumed bottleneck), and
+   plan beats, and plans near it.  It runs in rounds (:mod:`pipeplan.planner.bound.rounds`), cheap
+   ones first (plain link charges; then, where links differ between hosts, exact receipts from the
+   host that holds each tensor (:mod:`pipeplan.planner.bound.held`), then link groups, then an
+   assumed bottleneck), and
    stops as soon as the best plan known is within ``gap_limit`` of the bound (equal to it in
    ticks when the limit is 0): that plan is then proven, and returned without CP-SAT.  Each plan
    it finds narrows the candidate stages of the rounds after it.  It gets at most
    ``_PROGRAM_SHARE`` of the time limit; for the latency objective it only bounds the bottleneck
-   and offers plans.
+   and offers plans.  (From ``_COLD_FIRST_CELLS`` layers × devices, unconstrained throughput
+   solves run it before step 1, which then runs only if it finds no plan.)
 3. **CP-SAT** on the model of :mod:`pipeplan.planner.ilp_model` (assignment booleans, a device permutation,
    crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
    known as a complete hint.
@@ -39,24 +41,22 @@ best bound and gap in seconds and time; OPTIMAL means optimal in seconds within
 from __future__ import annotations
 
 import logging
-import math
 import os
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ortools.sat.python import cp_model
 
 from pipeplan.planner.baselines import best_baseline
-from pipeplan.planner.ilp_bound import BoundProgram, StageBound
+from pipeplan.planner.bound import BoundProgram, Incumbent, Search
 from pipeplan.planner.ilp_constraints import build_constrained, split_classes
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
 from pipeplan.planner.ilp_scale import at_scale, solve_at_scale
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
-from pipeplan.planner.simulate import evaluate, make_plan
+from pipeplan.planner.simulate import make_plan
 
 __all__ = ["SolverOptions", "solve"]
 
@@ -67,7 +67,6 @@ _PROGRAM_SHARE = 0.5  # of the time limit, at most, for the stage program before
 # the baselines: it starts at the price bound and finds a plan, while the chain DP among the
 # baselines is O(n²K) (1.2–2 s of a 70B decoder's solve); the baselines run if it finds none.
 _COLD_FIRST_CELLS = 2_000
-_HELD_REACH = 1.25  # exact receipts first assume a bottleneck this far above the bound
 
 
 @dataclass(frozen=True)
@@ -100,59 +99,6 @@ def _interchangeable(problem: Problem) -> list[list[int]]:
     return classes
 
 
-def _rounds(refine: bool, throughput: bool,
-            now: Callable[[], tuple[int, int | None, StageBound | None]]) -> Iterator[dict[str, Any]]:
-    """The stage program's runs, cheap bounds and plans first, then finer ones; ``now()`` says the
-    bound, the bound that would prove the best plan known (:func:`_needed`) and the last run's
-    result when the next run is due.
-
-    With links that differ between groups of devices (``refine``), the exact receipts of
-    :mod:`pipeplan.planner.ilp_held` come right after the plain runs.  They take only the stages whose
-    compute and receipts cost at most θ, a little above the bound (few expanded stages do), and
-    raise θ while every chain of them costs more than θ, up to the best plan known: the bound is
-    then only θ + 1.  A chain that costs at most θ gives the bound, and a larger θ cannot raise it
-    (the stages it adds cost more than that chain)."""
-
-    def near_best() -> int | None:  # rules out every plan within the gap limit of the best one known
-        needed = now()[1]
-        return None if needed is None else needed - 1
-
-    yield {}
-    yield {"pessimistic": True}
-    if refine and throughput:
-        while (top := near_best()) is not None:
-            theta = min(top, math.ceil(now()[0] * _HELD_REACH))
-            yield {"refined": True, "held": theta}
-            found = now()[2]
-            if theta >= top or found is None or found.bound <= theta:
-                break
-        yield {"refined": True}
-        yield {"pessimistic": True, "refined": True}
-        yield {"refined": True, "likely": True}
-    if throughput and (last := near_best()) is not None:
-        yield {"refined": refine, "spread": last}
-
-
-def _needed(reached: int, objective: float, gap_limit: float) -> int:
-    """The least bound in ticks that proves a plan of bottleneck ``reached`` ticks (``objective``
-    when its seconds are scaled) within the gap limit: in ticks, as CP-SAT tests it, and in
-    seconds, as the certificate reports it.  The two differ a little, since each term of the ticks
-    is rounded on its own; with no gap limit the ticks decide."""
-    if gap_limit <= 0:
-        return reached
-    return min(reached, max(math.ceil(reached * (1 - gap_limit)), math.ceil(objective * (1 - gap_limit) * (1 + 1e-9))))
-
-
-def _program_plan(problem: Problem, found: StageBound) -> Plan | None:
-    """The stage program's chain as a plan, scored by the simulator; None when it breaks memory
-    (the program drops the workspace term) or the latency objective's throughput floor."""
-    order = [problem.devices[d] for d in found.order]
-    ev = evaluate(problem, found.dev_of, order)
-    if ev.violation is not None or ev.bottleneck > problem.max_bottleneck:
-        return None
-    return make_plan(problem, found.dev_of, Certificate("ilp", "FEASIBLE", 0.0), order=order)
-
-
 def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     """The best plan found within the time limit, with its certificate.
 
@@ -162,90 +108,150 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
     problem.check_fits()
     if at_scale(problem):  # too large for the stage program and CP-SAT
         return solve_at_scale(problem, opts.time_limit)
-    started = time.perf_counter()
-    throughput = problem.options.objective == "throughput"
-    costs = Ticks.of(problem)
-    classes = _interchangeable(problem)  # for the stage program, which ignores the constraints (a relaxation)
-    model_classes = split_classes(classes, problem.placement)  # for CP-SAT's symmetry breaking and hints
+    run = _Solve(problem, opts)
+    run.warm_start()
+    run.bound()
+    if run.proven():
+        return run.finish_unsolved("not run: the stage program's bound proves the plan")
+    return run.cp_sat()
 
-    # -- the best plan known before CP-SAT, and the stage program's bound ----------------------------
-    cold_first = (opts.warm_start and throughput and not problem.placement.restricted
-                  and problem.n_layers * problem.n_devices >= _COLD_FIRST_CELLS)
-    baseline = _baseline(problem) if opts.warm_start and not cold_first else None
-    incumbent = baseline
-    details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
-                               "time_limit": opts.time_limit, "tick_seconds": 1.0 / costs.scale,
-                               "warm_start": baseline.method if baseline is not None else None}
 
-    def ticks_of(plan: Plan | None) -> int | None:
-        """A plan's bottleneck in ticks, as the model counts it."""
-        return None if plan is None else costs.bottleneck(problem, plan_devices(problem, plan)[0])
+class _Solve:
+    """One solve's phases (see the module docstring) and what they share: the tick tables, the
+    device classes, the best plan known and the solver details so far."""
 
-    reached = ticks_of(incumbent)  # the incumbent's bottleneck in ticks, kept beside it
-    # The program may take part of the time: a run that would pass its share is abandoned.
-    deadline = started + _PROGRAM_SHARE * opts.time_limit
-    program = BoundProgram.of(problem, costs, classes, reached, deadline)
-    lower = 0
+    def __init__(self, problem: Problem, opts: SolverOptions) -> None:
+        self.started = time.perf_counter()
+        self.problem, self.opts = problem, opts
+        self.throughput = problem.options.objective == "throughput"
+        self.costs = Ticks.of(problem)
+        self.classes = _interchangeable(problem)  # for the stage program, which ignores the constraints (a relaxation)
+        self.model_classes = split_classes(self.classes, problem.placement)  # for CP-SAT's symmetry breaking and hints
+        self.cold_first = (opts.warm_start and self.throughput and not problem.placement.restricted
+                           and problem.n_layers * problem.n_devices >= _COLD_FIRST_CELLS)
+        self.baseline: Plan | None = None
+        self.incumbent = Incumbent()  # the best plan known and its bottleneck in ticks
+        self.search: Search | None = None  # the stage program's rounds; None when it is too large
+        self.details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
+                                        "time_limit": opts.time_limit, "tick_seconds": 1.0 / self.costs.scale,
+                                        "warm_start": None}
 
-    def needed() -> int | None:
-        """The bound that proves the incumbent (see :func:`_needed`)."""
-        if not throughput or incumbent is None or reached is None:
-            return None
-        return _needed(reached, incumbent.objective_value * costs.scale, opts.gap_limit)
+    @property
+    def lower(self) -> int:
+        """The stage program's bound on the bottleneck in ticks (0 before it runs, or without it)."""
+        return self.search.lower if self.search is not None else 0
 
-    def gap_closed() -> bool:
-        """Whether the incumbent is within the gap limit of the bound."""
-        return program is not None and (need := needed()) is not None and lower >= need
+    def _take_baseline(self) -> None:
+        """The best baseline as the warm start and the best plan known (none when none fits)."""
+        self.baseline = _baseline(self.problem)
+        self.incumbent.plan = self.baseline
+        self.incumbent.ticks = None if self.baseline is None else self.costs.bottleneck(
+            self.problem, plan_devices(self.problem, self.baseline)[0])
+        self.details["warm_start"] = self.baseline.method if self.baseline is not None else None
 
-    found: StageBound | None = None
-    if program is not None:
-        details.update(ideals=program.ideals, stage_pairs=program.pairs)
-        refine = len(set(program.group_of)) > 1  # links differ between groups of devices (hosts)
+    # -- 1. the warm start -----------------------------------------------------------------------------
 
-        def now() -> tuple[int, int | None, StageBound | None]:
-            return lower, needed(), found
+    def warm_start(self) -> None:
+        """The best baseline, unless the stage program goes first (large unconstrained throughput
+        problems: it starts at the price bound and finds a plan, and the baselines' chain DP is
+        O(n²K))."""
+        if self.opts.warm_start and not self.cold_first:
+            self._take_baseline()
 
-        for step in _rounds(refine, throughput, now):
-            if gap_closed():
-                break
-            if reached is not None:
-                program.tighten(reached)
-            found = program.run(deadline=deadline, **step)
-            log.debug("stage program %s: %s after %.2fs", step, found and found.bound, time.perf_counter() - started)
-            if found is None:
-                if time.perf_counter() > deadline:
-                    break
-                continue  # too many expanded stages: the bound so far stands
-            assumed = step.get("spread", step.get("held"))  # a bottleneck at most this: plans above cost more
-            if not step.get("pessimistic") and not step.get("likely"):
-                lower = max(lower, found.bound if assumed is None else min(found.bound, assumed + 1))
-            candidate = _program_plan(problem, found) if found.dev_of else None
-            if candidate is not None and (incumbent is None
-                                          or candidate.objective_value < incumbent.objective_value * (1 - 1e-9)):
-                incumbent, reached = candidate, ticks_of(candidate)
-        details["stage_bound"] = lower / costs.scale
-    if cold_first and incumbent is None:  # the program found no plan: the baselines' turn
-        baseline = incumbent = _baseline(problem)
-        reached = ticks_of(incumbent)
-        details["warm_start"] = baseline.method if baseline is not None else None
-    log.info("stage program: bound %s ticks (%s ideals, %s stages) after %.2fs", lower,
-             program.ideals if program else "too many", program.pairs if program else "-",
-             time.perf_counter() - started)
+    # -- 2. the stage program ----------------------------------------------------------------------------
 
-    def finish(plan: Plan, bound: float, source: str | None) -> Plan:
+    def bound(self) -> None:
+        """The stage program's rounds (:mod:`pipeplan.planner.bound.rounds`), within their share of the
+        time: its bound, and its plans where they beat the best known; then the baselines, if the
+        program went first and found no plan."""
+        # The program may take part of the time: a run that would pass its share is abandoned.
+        deadline = self.started + _PROGRAM_SHARE * self.opts.time_limit
+        program = BoundProgram.of(self.problem, self.costs, self.classes, self.incumbent.ticks, deadline)
+        if program is not None:
+            self.details.update(ideals=program.ideals, stage_pairs=program.pairs)
+            self.search = Search(self.problem, self.costs, program, self.incumbent, self.opts.gap_limit, deadline)
+            self.search.run(self.started)
+            self.details["stage_bound"] = self.lower / self.costs.scale
+        if self.cold_first and self.incumbent.plan is None:  # the program found no plan: the baselines' turn
+            self._take_baseline()
+        log.info("stage program: bound %s ticks (%s ideals, %s stages) after %.2fs", self.lower,
+                 program.ideals if program else "too many", program.pairs if program else "-",
+                 time.perf_counter() - self.started)
+
+    def proven(self) -> bool:
+        """Whether the stage program's bound proves the best plan known within the gap limit."""
+        return self.incumbent.plan is not None and self.search is not None and self.search.gap_closed()
+
+    # -- 3. CP-SAT -----------------------------------------------------------------------------------------
+
+    def cp_sat(self) -> Plan:
+        """CP-SAT on the model, with the bound and the best plan known as a hint; the better of its
+        plan and the best known, certified."""
+        problem, costs, opts = self.problem, self.costs, self.opts
+        built = build_constrained(problem, costs, self.model_classes, self.lower, self.incumbent.ticks)
+        incumbent = self.incumbent.plan
+        if incumbent is not None:
+            built.hint(problem, costs, self.model_classes, *plan_devices(problem, incumbent))
+        solver = cp_model.CpSolver()
+        spent = time.perf_counter() - self.started
+        solver.parameters.max_time_in_seconds = max(opts.time_limit - spent, 0.1 * opts.time_limit)
+        solver.parameters.num_workers = self.details["workers"]
+        solver.parameters.random_seed = opts.seed
+        solver.parameters.relative_gap_limit = opts.gap_limit
+        status = solver.solve(built.model)
+        name = solver.status_name(status)
+        log.info("CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
+                 solver.best_objective_bound)
+        self.details.update(solver_status=name, variables=len(built.model.proto.variables),
+                            constraints=len(built.model.proto.constraints), cp_sat_seconds=solver.wall_time)
+
+        # -- read the status -------------------------------------------------------------------------------
+        if status == cp_model.INFEASIBLE:
+            rules = " together with the pins, keep_together and forbid_devices" if problem.placement.restricted else ""
+            raise PlanError(f"no plan of {problem.graph.model} fits on {problem.cluster.name!r}: every split "
+                            f"breaks a device's memory capacity (or max_devices){rules}; add devices or memory, "
+                            "lower the microbatches in flight, or relax the constraints")
+        solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+        # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (pipeplan.planner.ilp_ticks).
+        bound = solver.best_objective_bound / costs.scale if solved else 0.0
+        plan: Plan | None = None
+        if solved:
+            dev_of, used_devices = built.read(solver)
+            plan = make_plan(problem, dev_of, Certificate("ilp", name, 0.0),
+                             order=[problem.devices[d] for d in used_devices])
+        # CP-SAT works on rounded ticks and may stop before it improves on its hint: never hand back
+        # something worse than the best plan known before it, but say where the plan came from.
+        if incumbent is not None and (plan is None or incumbent.objective_value < plan.objective_value * (1 - 1e-9)):
+            return self.finish(incumbent, bound, self._origin(incumbent) + "; CP-SAT found nothing better in time")
+        if plan is None:
+            raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
+                            "raise the time limit")
+        return self.finish(plan, bound, None)
+
+    # -- 4. the certificate, after the tie-break ---------------------------------------------------------
+
+    def finish_unsolved(self, status: str) -> Plan:
+        """The best plan known, certified by the stage program's bound alone (CP-SAT did not run)."""
+        plan = self.incumbent.plan
+        assert plan is not None
+        self.details["solver_status"] = status
+        return self.finish(plan, self.lower / self.costs.scale, self._origin(plan))
+
+    def finish(self, plan: Plan, bound: float, source: str | None) -> Plan:
         """``plan`` with the certificate of this solve in seconds, after the tie-break
         (:mod:`pipeplan.planner.ilp_exact`); ``source``: where a plan CP-SAT did not find came from."""
-        info = SolverDetails(**details, solution=source or "cp-sat")
-        bound = max(bound, problem.objective_lower_bound(), lower / costs.scale if throughput else 0.0)
+        problem, opts = self.problem, self.opts
+        info = SolverDetails(**self.details, solution=source or "cp-sat")
+        bound = max(bound, problem.objective_lower_bound(), self.lower / self.costs.scale if self.throughput else 0.0)
         settings = Settings(0.0, info.workers, opts.seed)
 
         def limit() -> Settings:
-            return replace(settings, time_limit=pass_limit(opts.time_limit, time.perf_counter() - started))
+            return replace(settings, time_limit=pass_limit(opts.time_limit, time.perf_counter() - self.started))
 
         objective = plan.objective_value
         optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE
-        if optimal and opts.tie_break and throughput and len(plan.stages) > 1 and limit().time_limit > 0:
-            better, note = tie_break(problem, plan, model_classes, limit())
+        if optimal and opts.tie_break and self.throughput and len(plan.stages) > 1 and limit().time_limit > 0:
+            better, note = tie_break(problem, plan, self.model_classes, limit())
             info.passes.append(note)
             if better is not plan:
                 plan, info.solution = better, info.solution + "; tie-break"
@@ -253,56 +259,11 @@ def solve(problem: Problem, options: SolverOptions | None = None) -> Plan:
         bound = min(bound, objective)  # a valid bound; only float noise can put it above a plan
         plan.certificate = Certificate("ilp", "OPTIMAL" if optimal else "FEASIBLE", objective, bound,
                                        0.0 if optimal else relative_gap(objective, bound),
-                                       time.perf_counter() - started, solver=info)
+                                       time.perf_counter() - self.started, solver=info)
         return plan
 
-    def origin(plan: Plan) -> str:
-        return f"warm start ({plan.method})" if plan is baseline else "stage program"
-
-    # -- proven before CP-SAT? -------------------------------------------------------------------------
-    if incumbent is not None and gap_closed():
-        details["solver_status"] = "not run: the stage program's bound proves the plan"
-        return finish(incumbent, lower / costs.scale, origin(incumbent))
-
-    # -- CP-SAT ------------------------------------------------------------------------------------------
-    built = build_constrained(problem, costs, model_classes, lower, reached)
-    if incumbent is not None:
-        built.hint(problem, costs, model_classes, *plan_devices(problem, incumbent))
-    solver = cp_model.CpSolver()
-    spent = time.perf_counter() - started
-    solver.parameters.max_time_in_seconds = max(opts.time_limit - spent, 0.1 * opts.time_limit)
-    solver.parameters.num_workers = details["workers"]
-    solver.parameters.random_seed = opts.seed
-    solver.parameters.relative_gap_limit = opts.gap_limit
-    status = solver.solve(built.model)
-    name = solver.status_name(status)
-    log.info("CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
-             solver.best_objective_bound)
-    details.update(solver_status=name, variables=len(built.model.proto.variables),
-                   constraints=len(built.model.proto.constraints), cp_sat_seconds=solver.wall_time)
-
-    # -- read the status -----------------------------------------------------------------------------------
-    if status == cp_model.INFEASIBLE:
-        rules = " together with the pins, keep_together and forbid_devices" if problem.placement.restricted else ""
-        raise PlanError(f"no plan of {problem.graph.model} fits on {problem.cluster.name!r}: every split "
-                        f"breaks a device's memory capacity (or max_devices){rules}; add devices or memory, "
-                        "lower the microbatches in flight, or relax the constraints")
-    solved = status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
-    # CP-SAT's bound is valid in seconds: every term is rounded down to ticks (pipeplan.planner.ilp_ticks).
-    bound = solver.best_objective_bound / costs.scale if solved else 0.0
-    plan: Plan | None = None
-    if solved:
-        dev_of, used_devices = built.read(solver)
-        plan = make_plan(problem, dev_of, Certificate("ilp", name, 0.0),
-                         order=[problem.devices[d] for d in used_devices])
-    # CP-SAT works on rounded ticks and may stop before it improves on its hint: never hand back
-    # something worse than the best plan known before it, but say where the plan came from.
-    if incumbent is not None and (plan is None or incumbent.objective_value < plan.objective_value * (1 - 1e-9)):
-        return finish(incumbent, bound, origin(incumbent) + "; CP-SAT found nothing better in time")
-    if plan is None:
-        raise PlanError(f"CP-SAT found no plan within {opts.time_limit:g}s (status {name}); "
-                        "raise the time limit")
-    return finish(plan, bound, None)
+    def _origin(self, plan: Plan) -> str:
+        return f"warm start ({plan.method})" if plan is self.baseline else "stage program"
 
 
 def _baseline(problem: Problem) -> Plan | None:

@@ -23,7 +23,7 @@ Variables (n layers, K devices; costs in ticks, :class:`pipeplan.planner.ilp_tic
 - ``B ≥ T[d]``: the bottleneck.
 
 Redundant constraints, each implied by the others and so leaving the optimum alone:
-``B ≥ lower`` for a proven lower bound (:mod:`pipeplan.planner.ilp_bound`), ``B ≥ max_v min_d time``, and
+``B ≥ lower`` for a proven lower bound (:mod:`pipeplan.planner.bound`), ``B ≥ max_v min_d time``, and
 ``m·B ≥ Σ_d compute`` for m usable devices.  Devices that are interchangeable (same speed column,
 capacity and links) keep a fixed relative order (``pos[a] < pos[b]``): swapping two of them in any
 plan gives a plan of the same cost, so one of each set of mirror images survives.

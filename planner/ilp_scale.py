@@ -6,7 +6,7 @@ class of interchangeable devices (9⁸ for 8 hosts of 8), the CP-SAT model has a
 device (640,000) before any crossing, and the chain-DP baseline's tables are n² per device.  What
 scales:
 
-- **Bound**: the layer prices of :mod:`pipeplan.planner.ilp_prices` over the devices grouped by speed column
+- **Bound**: the layer prices of :mod:`pipeplan.planner.bound.prices` over the devices grouped by speed column
   and capacity (links play no part in it): no plan's bottleneck is below the least limit under which
   the devices cover every layer's price.  One small linear program (repeated blocks share rows).
 - **Plan**: a fill of the devices in cluster order (a host's devices are listed together, so most
@@ -40,8 +40,8 @@ import time
 
 import numpy as np
 
+from pipeplan.planner.bound.prices import Prices
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE
-from pipeplan.planner.ilp_prices import Prices
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import make_plan

@@ -3,7 +3,7 @@
 CP-SAT takes integer coefficients only, so every layer time and every transfer is scaled to ticks,
 about 2⁻³⁰ (9.3·10⁻¹⁰) of the largest possible stage time (:func:`resolution_for`), and rounded
 *down* on its own.  The
-model, the stage dynamic program of :mod:`pipeplan.planner.ilp_bound` and the scoring of warm starts all read
+model, the stage dynamic program of :mod:`pipeplan.planner.bound` and the scoring of warm starts all read
 these tables, so a plan costs exactly the same number of ticks in each of them.
 
 Why down: every plan then costs at most its seconds in ticks (a sum or max of terms each rounded

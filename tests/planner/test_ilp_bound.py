@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from ortools.sat.python import cp_model
 
 from pipeplan.planner.baselines import chain_dp
+from pipeplan.planner.bound import LIMITS, BoundProgram, Charging, Round, stage_bound
+from pipeplan.planner.bound import limits as bound_limits
+from pipeplan.planner.bound.links import link_groups
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
-from pipeplan.planner.ilp_bound import BoundProgram, stage_bound
 from pipeplan.planner.ilp_exact import plan_devices as _devices
 from pipeplan.planner.ilp_model import build_model
 from pipeplan.planner.ilp_ticks import Ticks
@@ -44,13 +46,13 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
     program = BoundProgram.of(problem, costs, _interchangeable(problem), optimum if screened else None)
     assert program is not None
     for refined in (False, True):
-        low = program.run(refined=refined)
+        low = program.run(Round(refined=refined))
         assert low is not None and low.bound <= optimum
         theta = optimum + shift * max(1, optimum // 10)  # rule out plans up to θ: right below the optimum too
-        spread = program.run(refined=refined, spread=theta)
+        spread = program.run(Round(refined=refined, spread=theta))
         assert spread is not None and min(spread.bound, theta + 1) <= optimum
-        high = program.run(pessimistic=True, refined=refined)
-        likely = program.run(refined=refined, likely=True)
+        high = program.run(Round(Charging.HIGH, refined=refined))
+        likely = program.run(Round(Charging.LIKELY, refined=refined))
         assert high is not None and likely is not None
         for found in (low, spread, high, likely):
             if found.dev_of:
@@ -60,15 +62,15 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
             assert costs.bottleneck(problem, high.dev_of) <= high.bound
     # exact receipts, over the stages that cost at most θ: bounds plans up to θ; the pessimistic
     # chain is a real plan again
-    for theta in (optimum + shift * max(1, optimum // 10), program.limit):
-        held = program.run(refined=True, held=theta)
+    for theta in (optimum + shift * max(1, optimum // 10), program.ceiling):
+        held = program.run(Round(refined=True, held=theta))
         assert held is not None and min(held.bound, theta + 1) <= optimum
-        held_high = program.run(pessimistic=True, refined=True, held=theta)
+        held_high = program.run(Round(Charging.HIGH, refined=True, held=theta))
         assert held_high is not None
         if held_high.dev_of and not program.stages.isolated:
             assert costs.bottleneck(problem, held_high.dev_of) <= held_high.bound
     program.tighten(optimum)  # a known plan's bottleneck: the stages that cost more are dropped
-    for found in (program.run(refined=True), program.run(refined=True, held=optimum)):
+    for found in (program.run(Round(refined=True)), program.run(Round(refined=True, held=optimum))):
         assert found is not None and found.bound <= optimum
 
 
@@ -108,12 +110,13 @@ def test_solve_returns_a_proven_plan_without_cp_sat() -> None:
 
 
 def test_bound_gives_up_on_too_many_ideals(monkeypatch: pytest.MonkeyPatch) -> None:
-    import pipeplan.planner.ilp_ideals as ideals
-
     g = graph_of([1_000_000] * 7, [(0, i, 0) for i in range(1, 7)])  # six branches: 65 ideals
     problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions())
-    monkeypatch.setattr(ideals, "MAX_IDEALS", 10)
-    assert stage_bound(problem, Ticks.of(problem), [[0, 1]], None) is None
+    few = dataclasses.replace(LIMITS, max_ideals=10)
+    assert stage_bound(problem, Ticks.of(problem), [[0, 1]], None, limits=few) is None
+    enough = dataclasses.replace(LIMITS, max_ideals=65)
+    assert stage_bound(problem, Ticks.of(problem), [[0, 1]], None, limits=enough) is not None
+    monkeypatch.setattr(bound_limits, "LIMITS", few)  # what a solve reads
     plan = solve(problem, EXACT)  # CP-SAT alone still proves it
     assert plan.certificate.status == "OPTIMAL"
     assert plan.certificate.solver is not None and plan.certificate.solver.stage_bound is None
@@ -201,12 +204,10 @@ def test_crossings_grouped_by_link_keep_the_optimum(problem: Problem, aggregate:
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.integers(1, 3), min_size=1, max_size=4), st.data())
 def test_link_groups_give_one_link_per_pair_of_groups(sizes: list[int], data: st.DataObject) -> None:
-    from pipeplan.planner.ilp_charges import _link_groups
-
     k = len(sizes)
     between = np.array([[[data.draw(st.sampled_from([5, 7])) for _ in range(k)] for _ in range(k)]])
     between = np.minimum(between, between.transpose(0, 2, 1))  # links are the same both ways
-    group_of, cross = _link_groups(between, sizes)
+    group_of, cross = link_groups(between, sizes)
     for a, b in itertools.product(range(k), repeat=2):
         if a != b or sizes[a] > 1:  # two distinct devices of these classes
             link = cross[group_of[a]][group_of[b]]
@@ -227,12 +228,12 @@ def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
     optimum = tick_optimum(problem, costs)
     program = BoundProgram.of(problem, costs, _interchangeable(problem), None)
     assert program is not None
-    refined = program.run(refined=True)
-    held = program.run(refined=True, held=program.limit)
+    refined = program.run(Round(refined=True))
+    held = program.run(Round(refined=True, held=program.ceiling))
     assert refined is not None and held is not None
     assert refined.bound < 0.8 * optimum and held.bound == optimum
     with pytest.raises(ValueError, match="refined"):  # the state must promise each stage's group
-        program.run(held=program.limit)
+        Round(held=program.ceiling)
     plan = solve(problem, EXACT)
     assert plan.certificate.status == "OPTIMAL" and plan.certificate.solver is not None
     assert plan.certificate.solver.solver_status.startswith("not run")

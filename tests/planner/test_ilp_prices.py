@@ -1,5 +1,5 @@
-"""Layer prices (pipeplan.planner.ilp_prices): the bound against brute force, the windows against the stage
-program without them, the candidate stages' memory; the fill of pipeplan.planner.ilp_scale."""
+"""Layer prices (pipeplan.planner.bound.prices): the bound against brute force, the windows against the
+stage program without them, the candidate stages' memory; the fill of pipeplan.planner.ilp_scale."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from pipeplan.planner.ilp_bound import BoundProgram
-from pipeplan.planner.ilp_prices import Prices
 
 import pipeplan.planner.ilp_scale as scale
 from pipeplan.costmodel.cluster import Cluster
+from pipeplan.planner.bound import BoundProgram, Charging, Round
+from pipeplan.planner.bound.prices import Prices
 from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import relative_gap
@@ -75,15 +75,15 @@ def test_windows_change_no_value_of_the_stage_program(problem: Problem, slack: i
     full = BoundProgram.of(problem, costs, classes, upper, use_windows=False)
     assert pruned is not None and full is not None
     assert pruned.pairs <= full.pairs
-    runs: list[dict[str, object]] = [{}, {"pessimistic": True}, {"refined": True}, {"refined": True, "spread": optimum},
-                                     {"refined": True, "held": optimum}, {"refined": True, "likely": True}]
+    runs = [Round(), Round(Charging.HIGH), Round(refined=True), Round(refined=True, spread=optimum),
+            Round(refined=True, held=optimum), Round(Charging.LIKELY, refined=True)]
     for run in runs:
-        a, b = pruned.run(**run), full.run(**run)  # type: ignore[arg-type]
+        a, b = pruned.run(run), full.run(run)
         assert a is not None and b is not None
         assert a.bound == b.bound, run
     for program in (pruned, full):
         program.tighten(optimum)
-    assert pruned.run(refined=True).bound == full.run(refined=True).bound  # type: ignore[union-attr]
+    assert pruned.run(Round(refined=True)).bound == full.run(Round(refined=True)).bound  # type: ignore[union-attr]
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -170,7 +170,7 @@ def test_solve_takes_the_scale_path_past_its_size(monkeypatch: pytest.MonkeyPatc
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(problems(), mixed_problems()))
 def test_cold_solve_starts_from_the_prices_and_proves_the_optimum(problem: Problem) -> None:
-    # no warm start: the stage program's first limit comes from the price bound (pipeplan.planner.ilp_bound)
+    # no warm start: the stage program's first ceiling comes from the price bound (pipeplan.planner.bound)
     costs = Ticks.of(problem)
     try:
         optimum = tick_optimum(problem, costs)

@@ -1,6 +1,6 @@
 """Candidate stages that know where each tensor they receive is held, for exact receipts.
 
-The stage program of :mod:`pipeplan.planner.ilp_bound` walks chains of ideals without knowing which earlier
+The stage program of :mod:`pipeplan.planner.bound.program` walks chains of ideals without knowing which earlier
 stage computed a tensor that a stage receives, so it charges the cheapest link from any group of
 devices used before.  On branchy graphs spread over two hosts that is far too cheap: a plan that
 keeps hopping between the hosts is charged as if every tensor came over NVLink.
@@ -14,7 +14,7 @@ its links costing the same).  After the stage the map is the old one on the laye
 frontier of T, and g on those the stage added.
 
 Sizes: Σ_S G^|F(S)| expanded ideals and Σ_(S,T) G^|F(S)| expanded stages, built per device class
-with numpy; the stages whose compute and receipts alone pass the limit are dropped as they are built.
+with numpy; the stages whose compute and receipts alone pass the ceiling are dropped as they are built.
 """
 
 from __future__ import annotations
@@ -25,15 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pipeplan.planner.ilp_charges import INF, Charges
-from pipeplan.planner.ilp_ideals import ClassStages, Stages
+from pipeplan.planner.bound.charges import INF
+from pipeplan.planner.bound.limits import Limits
+from pipeplan.planner.bound.links import Links
+from pipeplan.planner.bound.stages import ClassStages, Stages
 from pipeplan.planner.problem import Problem
 
-__all__ = ["MAX_HELD", "MAX_HELD_IDEALS", "HeldStages", "HeldTables", "held_tables"]
-
-MAX_HELD = 6_000_000  # expanded stages over all classes, of the stages whose compute fits the limit
-MAX_HELD_IDEALS = 100_000  # expanded ideals: the program keeps an array of them per state
-_CHUNK = 1 << 20  # expanded stages built at once
+__all__ = ["HeldStages", "HeldTables", "held_tables"]
 
 
 @dataclass
@@ -64,11 +62,11 @@ class HeldTables:
         return len(self.ideal_of)
 
 
-def _frontiers(problem: Problem, stages: Stages, charges: Charges) -> tuple[np.ndarray, np.ndarray]:
+def _frontiers(problem: Problem, stages: Stages, links: Links) -> tuple[np.ndarray, np.ndarray]:
     """``front[i, v]``: layer v is in the frontier of ideal i and costs something to receive on some
     link; ``pos[i, v]``: its place in that frontier (in layer order)."""
     rows, cols = stages.frontier
-    costly = charges.between.reshape(problem.n_layers, -1).max(axis=1) > 0
+    costly = links.between.reshape(problem.n_layers, -1).max(axis=1) > 0
     front = np.zeros(stages.member.shape, dtype=bool)
     front[rows[costly[cols]], cols[costly[cols]]] = True
     pos = np.cumsum(front, axis=1) - 1
@@ -85,51 +83,53 @@ class _Expansion:
     listed: np.ndarray  # (ideals, widest frontier): the frontier layers of each ideal in order, -1 after
     pos: np.ndarray
     member: np.ndarray
-    links: np.ndarray  # (groups, groups, layers): a receipt from a group into a group; INF where impossible
-    limit: int
+    transfer: np.ndarray  # (groups, groups, layers): a receipt from a group into a group; INF where impossible
+    ceiling: int
     serial: bool
 
 
-def held_tables(problem: Problem, stages: Stages, charges: Charges, limit: int,
+def held_tables(problem: Problem, stages: Stages, links: Links, ceiling: int, limits: Limits,
                 deadline: float | None = None) -> HeldTables | None:
-    """The expanded stages of every class whose compute and receipts fit ``limit`` (overlap: each
-    of them; serial: their sum); None when there would be more than :data:`MAX_HELD` of them (or
-    :data:`MAX_HELD_IDEALS` expanded ideals), or ``time.perf_counter()`` passes ``deadline``."""
-    groups = max(charges.group_of) + 1
-    front, pos = _frontiers(problem, stages, charges)
+    """The expanded stages of every class whose compute and receipts fit ``ceiling`` (overlap: each
+    of them; serial: their sum); None when there would be more than ``limits.max_held`` of them (or
+    ``limits.max_held_ideals`` expanded ideals), or ``time.perf_counter()`` passes ``deadline``."""
+    groups = links.groups
+    serial = problem.options.comm == "serial"
+    front, pos = _frontiers(problem, stages, links)
     width = front.sum(axis=1)
     sizes = groups ** width.astype(np.float64)  # floats first: the counts may be huge
-    expanded = sum(float(sizes[cs.src[cs.compute <= limit]].sum()) for cs in stages.per_class)
-    if expanded > MAX_HELD or sizes.sum() > MAX_HELD_IDEALS:
+    expanded = sum(float(sizes[cs.src[cs.compute <= ceiling]].sum()) for cs in stages.per_class)
+    if expanded > limits.max_held or sizes.sum() > limits.max_held_ideals:
         return None
     size = sizes.astype(np.int64)
     n_ideals, most = len(width), max(int(width.max(initial=0)), 1)
     listed = np.full((n_ideals, most), -1, dtype=np.int64)
     rows, cols = np.nonzero(front)
     listed[rows, pos[rows, cols]] = cols
-    links = np.zeros((groups, groups, problem.n_layers), dtype=np.int64)
+    transfer = np.zeros((groups, groups, problem.n_layers), dtype=np.int64)
     for h in range(groups):
         for g in range(groups):
-            link = charges.cross[h][g]  # None: the group has one device, which cannot send to itself
-            links[h, g] = INF if link is None else link
+            link = links.cross[h][g]  # None: the group has one device, which cannot send to itself
+            transfer[h, g] = INF if link is None else link
     shared = _Expansion(groups, size, np.concatenate([[0], np.cumsum(size)]).astype(np.int64), listed, pos,
-                        stages.member, links, limit, charges.serial)
+                        stages.member, transfer, ceiling, serial)
     per_class: list[HeldStages] = []
     narrowed: list[ClassStages] = []
     for c, every in enumerate(stages.per_class):
-        g = charges.group_of[c]
-        # the stages that can fit: compute, and receipts over the cheapest link into g, within the limit
-        cheapest = links[:, g, :].min(axis=0)
+        g = links.group_of[c]
+        # the stages that can fit: compute, and receipts over the cheapest link into g, within the ceiling
+        cheapest = transfer[:, g, :].min(axis=0)
         least = np.bincount(every.r_item, weights=cheapest[every.r_u].astype(np.float64), minlength=len(every.src))
-        fits = (every.compute + least if charges.serial else np.maximum(every.compute, least)) <= limit
+        fits = (every.compute + least if serial else np.maximum(every.compute, least)) <= ceiling
         cs = every.subset(fits)
         narrowed.append(cs)
         read = front[cs.src[cs.r_item], cs.r_u]  # the receipts that depend on the holder
         by_item = np.argsort(cs.r_item[read], kind="stable")
         r_item, r_u = cs.r_item[read][by_item], cs.r_u[read][by_item]
-        # in chunks of about _CHUNK expanded stages, so that memory stays bounded
+        # in chunks of about limits.held_chunk expanded stages, so that memory stays bounded
         running = np.cumsum(size[cs.src])
-        cuts = np.searchsorted(running, np.arange(_CHUNK, running[-1] if len(running) else 0, _CHUNK), "right")
+        chunk = limits.held_chunk
+        cuts = np.searchsorted(running, np.arange(chunk, running[-1] if len(running) else 0, chunk), "right")
         bounds = [0, *np.unique(cuts[(cuts > 0) & (cuts < len(cs.src))]).tolist(), len(cs.src)]
         parts: list[tuple[np.ndarray, ...]] = []
         for first, stop in itertools.pairwise(bounds):
@@ -149,7 +149,7 @@ def held_tables(problem: Problem, stages: Stages, charges: Charges, limit: int,
 def _expand(shared: _Expansion, first: int, stop: int, cs: ClassStages, g: int, r_item: np.ndarray,
             r_u: np.ndarray) -> tuple[np.ndarray, ...]:
     """The expanded stages of candidate stages ``first`` to ``stop`` − 1 of one class (on group g)
-    that fit the limit, given those stages' receipts ``r_item``, ``r_u`` that depend on the holder:
+    that fit the ceiling, given those stages' receipts ``r_item``, ``r_u`` that depend on the holder:
     (start, end, stage, compute and receipts together)."""
     groups, size, pos = shared.groups, shared.size, shared.pos
     pairs = np.arange(first, stop)
@@ -163,11 +163,11 @@ def _expand(shared: _Expansion, first: int, stop: int, cs: ClassStages, g: int, 
     rest = code.copy()
     for p in range(reads.shape[1]):
         layer = reads[which, p]
-        recv = np.minimum(recv + np.where(layer >= 0, shared.links[rest % groups, g, layer], 0), INF)
+        recv = np.minimum(recv + np.where(layer >= 0, shared.transfer[rest % groups, g, layer], 0), INF)
         rest //= groups
     compute = cs.compute[pairs[which]]
     fixed = compute + recv if shared.serial else np.maximum(compute, recv)
-    keep = np.flatnonzero(fixed <= shared.limit)
+    keep = np.flatnonzero(fixed <= shared.ceiling)
     pair, code, fixed = pairs[which[keep]], code[keep], fixed[keep]
     # the map after the stage: the start's group for layers it had, g for the stage's own
     after = np.zeros(len(pair), dtype=np.int64)

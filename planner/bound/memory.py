@@ -1,4 +1,5 @@
-"""Which candidate stages fit a device's memory as the CP-SAT model counts it (for :mod:`pipeplan.planner.ilp_ideals`).
+"""Which candidate stages fit a device's memory as the CP-SAT model counts it (for
+:mod:`pipeplan.planner.bound.candidates`).
 
 A stage's memory is its parameters, its kept activations and its largest workspace
 (:class:`pipeplan.planner.problem.Problem`).  The first two add up over the ideals; the largest workspace
@@ -15,11 +16,12 @@ __all__ = ["fitting"]
 
 
 def fitting(member: np.ndarray, memory: np.ndarray, top: np.ndarray, workspace: np.ndarray, added: np.ndarray,
-            src: np.ndarray, dst: np.ndarray, fits: np.ndarray, capacities: list[int]) -> np.ndarray:
+            src: np.ndarray, dst: np.ndarray, fits: np.ndarray, capacities: list[int], cells: int) -> np.ndarray:
     """Whether each stage S → T (``src``, ``dst``: ideals) fits each class's capacity (rows of
     ``fits``, where it may) with the memory the model counts.  ``member``: the ideals' layers;
     ``memory``: each ideal's parameters and kept activations; ``top``: its largest workspace;
-    ``added``: the layer each ideal adds to its parent; ``workspace``: per layer.
+    ``added``: the layer each ideal adds to its parent; ``workspace``: per layer; ``cells``: stages
+    × layers looked at in one step (:attr:`pipeplan.planner.bound.limits.Limits.memory_cells`).
 
     The largest workspace of a stage lies between
     that of the last layer its end ideal added (when the stage holds it) and the largest in its end
@@ -31,7 +33,7 @@ def fitting(member: np.ndarray, memory: np.ndarray, top: np.ndarray, workspace: 
     most = base + top[dst]
     out = fits.copy()
     exact: dict[int, int] = {}
-    chunk = max(1, 4_000_000 // max(member.shape[1], 1))  # stages per step: bounded memory
+    chunk = max(1, cells // max(member.shape[1], 1))  # stages per step: bounded memory
     for c, cap in enumerate(capacities):
         out[c] &= least <= cap
         rows = np.flatnonzero(out[c] & (most > cap))

@@ -1,5 +1,5 @@
 """Layer prices: a lower bound on the bottleneck from compute and memory alone, and the windows it
-gives the stage boundaries of any plan that beats a known one (for :mod:`pipeplan.planner.ilp_ideals`).
+gives the stage boundaries of any plan that beats a known one (for :mod:`pipeplan.planner.bound.candidates`).
 
 Give each class c of devices weights μ_c, ν_c ≥ 0 and each layer the *price*
 p_v = min_c (μ_c·t_vc + ν_c·m_v), t_vc its compute in ticks on class c and m_v its parameters and
@@ -17,7 +17,7 @@ is at most L (every stage time is at least its compute, in either communication 
   prices (:meth:`Prices.windows`), and a candidate stage S → T on class c can be in such a plan
   only if, for some σ, S lies in σ's window and T in the window of σ plus one class-c device, and
   P(T) − P(S) ≤ κ_c(L).  Near the optimum the windows are narrow.  The stage program
-  (:mod:`pipeplan.planner.ilp_bound`) only ever walks chains whose stages all compute at most its limit L
+  (:mod:`pipeplan.planner.bound.program`) only ever walks chains whose stages all compute at most its ceiling L
   and fit in memory: dropping the other candidate stages changes none of its values or chains,
   and takes most of them away (2.9 million of 2.9 million on Llama-2 7B over 2 A100 + 2 T4).
 
@@ -42,11 +42,10 @@ from ortools.linear_solver import pywraplp
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import Problem
 
-__all__ = ["MAX_WINDOW_STATES", "Prices", "Windows"]
+__all__ = ["Prices", "Windows"]
 
-MAX_WINDOW_STATES = 4096  # device-count states the windows are listed for; beyond, no windows
 _SLACK = 1e-9  # relative: float sums of prices are widened by this before any test, so no plan is lost
-_NO_LIMIT = 2**60  # a limit this high (the stage program's "none") draws no windows: ticks stay below 2³³
+_NO_CEILING = 2**60  # a ceiling this high (the stage program's "none") draws no windows: ticks stay below 2³³
 
 
 @dataclass(frozen=True)
@@ -77,7 +76,7 @@ class Windows:
         """For boundaries of price ``start``, per move (a state and a class that can follow it), the
         least and most price at which a stage of that class starting there may end, as (boundaries ×
         moves) arrays; least > most where the boundary is not in the state's window.  ``reach[c]``:
-        the most price one class-c stage can hold (μ_c times the limit)."""
+        the most price one class-c stage can hold (μ_c times the ceiling)."""
         moves = np.argwhere(self.next >= 0)
         state, cls = moves[:, 0], moves[:, 1]
         after = self.next[state, cls]
@@ -126,24 +125,24 @@ class Prices:
         layer = (ticks * mu[None, :] + memory[:, None] * nu[None, :]).min(axis=1)
         return cls(layer, mu, nu, capacity, sizes, problem.options.max_devices or problem.n_devices)
 
-    def reach(self, limit: float) -> np.ndarray:
-        """κ_c(limit): the most price one class-c stage holds when it computes at most ``limit``."""
-        return self.compute_weight * limit + self.memory_weight * self.capacity
+    def reach(self, ceiling: float) -> np.ndarray:
+        """κ_c(ceiling): the most price one class-c stage holds when it computes at most ``ceiling``."""
+        return self.compute_weight * ceiling + self.memory_weight * self.capacity
 
-    def _cover(self, counts: tuple[int, ...], devices: int, limit: float) -> float:
-        """The most price ``devices`` of the devices ``counts`` (per class) cover under ``limit``."""
-        reach = self.reach(limit).tolist()
+    def _cover(self, counts: tuple[int, ...], devices: int, ceiling: float) -> float:
+        """The most price ``devices`` of the devices ``counts`` (per class) cover under ``ceiling``."""
+        reach = self.reach(ceiling).tolist()
         best = sorted(itertools.chain.from_iterable([r] * z for r, z in zip(reach, counts, strict=True)),
                       reverse=True)
         return float(sum(best[:max(devices, 0)]))
 
     def bound(self, total: float | None = None) -> int:
-        """Ticks no plan's bottleneck can beat: the least limit under which the devices cover the
+        """Ticks no plan's bottleneck can beat: the least ceiling under which the devices cover the
         price of every layer (or ``total``), less a slack for the float sums."""
         price = (float(self.layer.sum()) if total is None else total) * (1 - _SLACK)
-        if price <= 0 or self._cover(self.sizes, self.max_devices, _NO_LIMIT) < price:
+        if price <= 0 or self._cover(self.sizes, self.max_devices, _NO_CEILING) < price:
             return 0
-        lo, hi = 0, _NO_LIMIT  # the cover grows with the limit: bisect for the least that suffices
+        lo, hi = 0, _NO_CEILING  # the cover grows with the ceiling: bisect for the least that suffices
         while lo < hi:
             mid = (lo + hi) // 2
             if self._cover(self.sizes, self.max_devices, mid) >= price:
@@ -152,14 +151,14 @@ class Prices:
                 lo = mid + 1
         return lo
 
-    def windows(self, total: float, limit: int) -> Windows | None:
-        """Price windows of the boundaries of plans whose bottleneck is at most ``limit`` ticks,
-        ``total`` the price of the whole chain; None with no limit, or when the states are too many
-        to list."""
-        if limit >= _NO_LIMIT:
+    def windows(self, total: float, ceiling: int, max_states: int) -> Windows | None:
+        """Price windows of the boundaries of plans whose bottleneck is at most ``ceiling`` ticks,
+        ``total`` the price of the whole chain; None with no ceiling, or when the states are more
+        than ``max_states`` (:attr:`pipeplan.planner.bound.limits.Limits.max_window_states`)."""
+        if ceiling >= _NO_CEILING:
             return None
         states = [s for s in itertools.product(*(range(z + 1) for z in self.sizes)) if sum(s) <= self.max_devices]
-        if len(states) > MAX_WINDOW_STATES:
+        if len(states) > max_states:
             return None
         index = {s: i for i, s in enumerate(states)}
         slack = _SLACK * (total + 1.0)
@@ -168,8 +167,8 @@ class Prices:
         nxt = np.full((len(states), len(self.sizes)), -1, dtype=np.int64)
         for i, s in enumerate(states):
             left = tuple(z - y for z, y in zip(self.sizes, s, strict=True))
-            lo[i] = total - self._cover(left, self.max_devices - sum(s), limit) - slack
-            hi[i] = self._cover(s, sum(s), limit) + slack
+            lo[i] = total - self._cover(left, self.max_devices - sum(s), ceiling) - slack
+            hi[i] = self._cover(s, sum(s), ceiling) + slack
             for c in range(len(self.sizes)):
                 nxt[i, c] = index.get((*s[:c], s[c] + 1, *s[c + 1:]), -1)
         return Windows(lo, hi, nxt)
