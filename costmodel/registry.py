@@ -65,7 +65,7 @@ def shipped_for(cpu: str | None = None) -> Shipped:
     """The shipped profile of ``cpu`` (a ``device_name``; default: this machine's CPU), or the
     fallback when there is none: the first, whose model carries the in-model correction.  (On a Zen 4
     EPYC before it had a model of its own, the Zen 5 EPYC's model was closer per layer, 22% against
-    the Xeon's 37%, but further on whole models, 61% against 42%, having no correction.)"""
+    the Xeon's 37%, but further on whole models, 49% against 32%, having no correction.)"""
     from pipeplan.costmodel.hardware import same_cpu
 
     return next((s for s in SHIPPED if (s.cpu == cpu if cpu is not None else same_cpu(s.cpu))), SHIPPED[0])
