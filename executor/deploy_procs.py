@@ -1,7 +1,7 @@
 """A deployment's device processes: one per device, started when a layout first needs the device.
 
 Each runs :func:`pipeplan.executor.deploy_stage.serve_device` under the launcher's stage body
-(:func:`pipeplan.executor.launch._stage_main`: dies with its parent, imports the model's operator
+(:func:`pipeplan.executor.launch.stage_main`: dies with its parent, imports the model's operator
 registrations, reports ``("ok", totals)`` or ``("error", failure)`` on its result pipe), with two
 pipes of its own: its *inbox* (the deployment's orders, written by several threads, so behind a
 lock) and its *outbox* (its reports).  Unlike a run's processes, the set changes while the
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from pipeplan.executor.launch import _context, _exit_reason, _stage_main
+from pipeplan.executor.launch import exit_reason, process_context, stage_main
 from pipeplan.executor.options import RunSetup
 
 __all__ = ["DeviceProcess", "start_device"]
@@ -66,7 +66,7 @@ class DeviceProcess:
                 message = self.result.recv()
         if message is None:
             self.process.join(timeout=1)
-            message = ("error", {"message": f"the process {_exit_reason(self.process.exitcode)}", "origin": "exit",
+            message = ("error", {"message": f"the process {exit_reason(self.process.exitcode)}", "origin": "exit",
                                  "details": ""})
         self.ended = message
         return message
@@ -93,11 +93,11 @@ def start_device(device: str, setup: RunSetup, modules: Sequence[str]) -> Device
     """Start the process of ``device``; it waits for its first layout in its inbox."""
     from pipeplan.executor.deploy_stage import serve_device
 
-    ctx = _context()
+    ctx = process_context()
     inbox_recv, inbox_send = ctx.Pipe(duplex=False)
     outbox_recv, outbox_send = ctx.Pipe(duplex=False)
     result_recv, result_send = ctx.Pipe(duplex=False)
-    process = ctx.Process(target=_stage_main, name=f"pipeplan-deploy-{device}",
+    process = ctx.Process(target=stage_main, name=f"pipeplan-deploy-{device}",
                           args=(0, setup, pickle.dumps(None), list(modules), "", result_send, serve_device,
                                 (inbox_recv, outbox_send, device)))
     process.start()

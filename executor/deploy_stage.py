@@ -45,7 +45,7 @@ from torch.distributed.pipelining import PipelineStage
 
 from pipeplan.executor.options import RunSetup
 from pipeplan.executor.schedule import TimedSchedule
-from pipeplan.executor.worker import ForwardError, Phases, StageBuild, _devices, _Guarded, pin
+from pipeplan.executor.worker import ForwardError, GuardedStage, Phases, StageBuild, pin, stage_devices
 
 __all__ = ["Layout", "Leave", "Parked", "Ready", "Run", "Stepped", "Stop", "Transfer", "serve_device"]
 
@@ -205,10 +205,10 @@ class _Process:
         setup, rank = order.setup, order.stage
         stage = setup.stages[rank]
         pin(stage)
-        compute, wire = _devices(setup, stage)
+        compute, wire = stage_devices(setup, stage)
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
         last = rank == order.stages - 1
-        wrapped = _Guarded(module.to(compute), compute, setup.staged, last)
+        wrapped = GuardedStage(module.to(compute), compute, setup.staged, last)
         pipe_stage = PipelineStage(wrapped, rank, order.stages, wire,
                                    input_args=tuple(b.empty() for b in built.input_meta),
                                    output_args=tuple(b.empty() for b in built.output_meta), group=group)

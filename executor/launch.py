@@ -28,7 +28,7 @@ from typing import Any
 from pipeplan.executor.errors import RunError, StageFailure
 from pipeplan.executor.options import RunSetup
 
-__all__ = ["failure_of", "free_port", "spawn", "torchrun_env"]
+__all__ = ["exit_reason", "failure_of", "free_port", "process_context", "spawn", "stage_main", "torchrun_env"]
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def _die_with_parent() -> None:
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def _stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], init_method: str,
+def stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], init_method: str,
                 conn: Connection, body: Callable[..., Any] | None = None, extra: tuple[Any, ...] = ()) -> None:
     """Body of a spawned stage process: run the stage, send ("ok", result) or ("error", failure).
 
@@ -102,7 +102,7 @@ def _pickled(build: Any, rebuildable: bool) -> bytes:
         return pickle.dumps(build)
 
 
-def _context() -> Any:
+def process_context() -> Any:
     """Stage processes fork from a server that has imported torch once, instead of each importing it.
 
     The server is single-threaded (it has run nothing), so forking it is safe, and a fresh one is
@@ -113,7 +113,7 @@ def _context() -> Any:
     return ctx
 
 
-def _exit_reason(code: int | None) -> str:
+def exit_reason(code: int | None) -> str:
     if code is not None and code < 0:
         try:
             return f"was killed by {signal.Signals(-code).name}"
@@ -138,7 +138,7 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
     passes the pipes of its requests and answers).  Connections in ``extra`` are closed here once
     their process holds them, so that either end sees the other's death as EOF or a broken pipe.
     """
-    ctx = _context()
+    ctx = process_context()
     init_method = f"tcp://127.0.0.1:{free_port()}"
     procs: list[Any] = []
     conns: dict[Connection, int] = {}
@@ -147,7 +147,7 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
             recv_end, send_end = ctx.Pipe(duplex=False)
             built = _pickled(builds[rank], rebuildable)
             more = tuple(extra[rank]) if extra is not None else ()
-            proc = ctx.Process(target=_stage_main, args=(rank, setup, built, list(modules), init_method, send_end,
+            proc = ctx.Process(target=stage_main, args=(rank, setup, built, list(modules), init_method, send_end,
                                                          body, more),
                                name=f"pipeplan-stage-{rank}")
             proc.start()
@@ -198,7 +198,7 @@ def _supervise(setup: RunSetup, procs: list[Any], conns: dict[Connection, int]) 
             conn.close()
         if message is None:
             procs[rank].join(timeout=1)
-            failure = {"message": f"the process {_exit_reason(procs[rank].exitcode)}", "origin": "exit",
+            failure = {"message": f"the process {exit_reason(procs[rank].exitcode)}", "origin": "exit",
                        "details": ""}
             message = ("error", failure)
         finished[rank] = message

@@ -46,7 +46,8 @@ from pipeplan.executor.stages import Boundary, split_program
 from pipeplan.executor.validate import check_plan
 from pipeplan.planner.plan import Plan
 
-__all__ = ["ForwardError", "Phases", "StageBuild", "build_stages", "describe_failure", "pin", "run_stage"]
+__all__ = ["ForwardError", "GuardedStage", "Phases", "StageBuild", "build_stages", "describe_failure", "pin",
+           "run_stage", "stage_devices"]
 
 class Phases:
     """What a stage process is doing now (for error messages) and how long each step took."""
@@ -96,7 +97,7 @@ class ForwardError(RuntimeError):
     """The stage's own computation raised (as opposed to a peer failing or a timeout)."""
 
 
-class _Guarded(torch.nn.Module):
+class GuardedStage(torch.nn.Module):
     """Runs the stage's module on its compute device and hands back contiguous tensors.
 
     Exceptions raised by the module are marked, so the launcher can blame the right stage.  Outputs
@@ -139,7 +140,7 @@ def pin(stage: StageSetup) -> None:
         torch.set_num_interop_threads(1)
 
 
-def _devices(setup: RunSetup, stage: StageSetup) -> tuple[torch.device, torch.device]:
+def stage_devices(setup: RunSetup, stage: StageSetup) -> tuple[torch.device, torch.device]:
     """(where the stage computes, where its sends and receives live)."""
     if stage.gpu is None:
         return torch.device("cpu"), torch.device("cpu")
@@ -228,7 +229,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
     options = setup.options
     plan = Plan.from_dict(setup.plan)
     pin(stage)
-    compute, wire = _devices(setup, stage)
+    compute, wire = stage_devices(setup, stage)
     if built is None:
         phases.enter("rebuilding the model")
         rebuilt = rebuild(plan)
@@ -251,7 +252,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
         n_stages = len(setup.stages)  # the world also holds the lenders that run no stage
         last = rank == n_stages - 1
-        module = _Guarded(built.module.to(compute), compute, setup.staged, last)
+        module = GuardedStage(built.module.to(compute), compute, setup.staged, last)
         if built.fetches and groups.fetch is not None:
             streamer = Streamer(built.fetches, groups.fetch, ledger, compute, options.timeout,
                                 buffers=live_loans(built.module))

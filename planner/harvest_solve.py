@@ -32,7 +32,7 @@ from pipeplan.planner.baselines import best_baseline
 from pipeplan.planner.harvest import Harvest, HarvestOptions
 from pipeplan.planner.harvest_model import add_harvest, harvest_classes, harvest_ticks
 from pipeplan.planner.harvest_score import Lending, score
-from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp import SolverOptions, interchangeable, solve
 from pipeplan.planner.ilp_constraints import build_constrained, split_classes
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, plan_devices, run_model
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
@@ -107,7 +107,7 @@ def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
     if baseline is not None:
         without = baseline.objective_value
     costs = harvest_ticks(lending)
-    classes = harvest_classes(lending, split_classes(_interchangeable(real), real.placement))
+    classes = harvest_classes(lending, split_classes(interchangeable(real), real.placement))
     built = build_constrained(relaxed, costs, classes)
     terms = add_harvest(built, lending, costs)
     if baseline is not None:

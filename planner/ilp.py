@@ -58,7 +58,7 @@ from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import make_plan
 
-__all__ = ["SolverOptions", "solve"]
+__all__ = ["SolverOptions", "interchangeable", "solve"]
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +79,7 @@ class SolverOptions:
     tie_break: bool = True  # among optimal plans, prefer fewer devices, then lower latency (pipeplan.planner.ilp_exact)
 
 
-def _interchangeable(problem: Problem) -> list[list[int]]:
+def interchangeable(problem: Problem) -> list[list[int]]:
     """Classes of devices that any plan can swap without changing its cost."""
     k = problem.n_devices
     classes: list[list[int]] = []
@@ -125,7 +125,7 @@ class _Solve:
         self.problem, self.opts = problem, opts
         self.throughput = problem.options.objective == "throughput"
         self.costs = Ticks.of(problem)
-        self.classes = _interchangeable(problem)  # for the stage program, which ignores the constraints (a relaxation)
+        self.classes = interchangeable(problem)  # for the stage program, which ignores the constraints (a relaxation)
         self.model_classes = split_classes(self.classes, problem.placement)  # for CP-SAT's symmetry breaking and hints
         self.cold_first = (opts.warm_start and self.throughput and not problem.placement.restricted
                            and problem.n_layers * problem.n_devices >= _COLD_FIRST_CELLS)

@@ -35,7 +35,7 @@ from typing import Any, NamedTuple
 
 from ortools.sat.python import cp_model
 
-from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp import SolverOptions, interchangeable, solve
 from pipeplan.planner.ilp_constraints import build_constrained
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, plan_devices, run_model
 from pipeplan.planner.migration import DEFAULT_RELOAD, Alternative, Horizon, Migration, MigrationCost, Reload
@@ -184,7 +184,7 @@ def _search(problem: Problem, cost: MigrationCost, n: float, best: _Candidate, o
             started: float, details: dict[str, Any]) -> tuple[_Candidate | None, float]:
     """CP-SAT on ``B + M`` from ``best``: its plan (None when it found none) and its bound in seconds."""
     costs = migration_ticks(problem, cost, n)
-    classes = migration_classes(problem, cost, _interchangeable(problem))
+    classes = migration_classes(problem, cost, interchangeable(problem))
     upper = costs.ceiling(best.score.objective)
     built = build_constrained(problem, costs, classes, 0, upper)
     terms = add_migration(built, problem, cost, costs, n, upper)

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from pipeplan.planner.bound import LIMITS, BoundProgram, Charging, Incumbent, Round, Search
 from pipeplan.planner.bound import limits as bound_limits
-from pipeplan.planner.ilp import _interchangeable, solve
+from pipeplan.planner.ilp import interchangeable, solve
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import PlanOptions, Problem
 from tests.planner_problems import EXACT, ROOFLINE, broadcast_problems, cluster_of, graph_of, problems, tick_optimum
@@ -33,7 +33,7 @@ def across_hosts() -> Problem:
 @given(st.one_of(problems(), broadcast_problems()))
 def test_a_cache_that_starts_over_changes_no_value_or_chain(problem: Problem) -> None:
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     roomy = BoundProgram.of(problem, costs, classes, None)
     tight = BoundProgram.of(problem, costs, classes, None, limits=dataclasses.replace(LIMITS, cached_per_table=4))
     assert roomy is not None and tight is not None
@@ -52,7 +52,7 @@ def test_a_cache_that_starts_over_changes_no_value_or_chain(problem: Problem) ->
 def test_limits_past_which_the_program_gives_up() -> None:
     problem = across_hosts()
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)  # two classes of two devices: 3 · 3 · 3² = 81 states
+    classes = interchangeable(problem)  # two classes of two devices: 3 · 3 · 3² = 81 states
     assert classes == [[0, 1], [2, 3]]
 
     def program(**limits: int) -> BoundProgram | None:
@@ -73,7 +73,7 @@ def test_limits_past_which_the_program_gives_up() -> None:
 def test_held_stages_built_in_small_chunks_give_the_same_bound() -> None:
     problem = across_hosts()
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     whole = BoundProgram.of(problem, costs, classes, None)
     chunked = BoundProgram.of(problem, costs, classes, None, limits=dataclasses.replace(LIMITS, held_chunk=3))
     assert whole is not None and chunked is not None
@@ -98,7 +98,7 @@ def test_a_solve_past_a_limit_goes_on_without_the_held_round(monkeypatch: pytest
 def test_the_search_proves_the_optimum_from_no_plan() -> None:
     problem = across_hosts()
     costs = Ticks.of(problem)
-    program = BoundProgram.of(problem, costs, _interchangeable(problem), None)
+    program = BoundProgram.of(problem, costs, interchangeable(problem), None)
     assert program is not None
     best = Incumbent()
     search = Search(problem, costs, program, best, gap_limit=0.0, deadline=time.perf_counter() + 60)

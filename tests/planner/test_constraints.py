@@ -206,7 +206,7 @@ def test_a_valid_plans_hint_is_a_solution_of_the_constrained_model() -> None:
     # and the relabelling within classes of interchangeable devices (d0 and d1 here, d2 pinned apart).
     from ortools.sat.python import cp_model
 
-    from pipeplan.planner.ilp import _interchangeable
+    from pipeplan.planner.ilp import interchangeable
     from pipeplan.planner.ilp_constraints import build_constrained, split_classes
     from pipeplan.planner.ilp_exact import plan_devices
     from pipeplan.planner.ilp_ticks import Ticks
@@ -217,7 +217,7 @@ def test_a_valid_plans_hint_is_a_solution_of_the_constrained_model() -> None:
                       PlanOptions(transfer="per-edge", pins=[("a", "d2")], keep_together=[("src", "b")]))
     plan = make_plan(problem, {"src": "d1", "a": "d2", "b": "d1"}, Certificate("hand", "HEURISTIC", 0.0))
     costs = Ticks.of(problem)
-    classes = split_classes(_interchangeable(problem), problem.placement)
+    classes = split_classes(interchangeable(problem), problem.placement)
     assert classes == [[0, 1], [2]]
     built = build_constrained(problem, costs, classes)
     dev_of, order = plan_devices(problem, plan)

@@ -15,7 +15,7 @@ from pipeplan.planner.baselines import chain_dp
 from pipeplan.planner.bound import LIMITS, BoundProgram, Charging, Round, stage_bound
 from pipeplan.planner.bound import limits as bound_limits
 from pipeplan.planner.bound.links import link_groups
-from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp import SolverOptions, interchangeable, solve
 from pipeplan.planner.ilp_exact import plan_devices as _devices
 from pipeplan.planner.ilp_model import build_model
 from pipeplan.planner.ilp_ticks import Ticks
@@ -43,7 +43,7 @@ def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool,
         optimum = tick_optimum(problem, costs)
     except AssertionError:  # nothing fits: no bound to check
         return
-    program = BoundProgram.of(problem, costs, _interchangeable(problem), optimum if screened else None)
+    program = BoundProgram.of(problem, costs, interchangeable(problem), optimum if screened else None)
     assert program is not None
     for refined in (False, True):
         low = program.run(Round(refined=refined))
@@ -94,7 +94,7 @@ def test_solve_proves_the_tick_optimum_across_hosts(problem: Problem) -> None:
 @given(chain_problems())
 def test_stage_bound_is_exact_on_chains(problem: Problem) -> None:
     costs = Ticks.of(problem)
-    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    found = stage_bound(problem, costs, interchangeable(problem), None)
     assert found is not None and found.dev_of
     assert costs.bottleneck(problem, found.dev_of) == found.bound  # no skips: every charge is exact
     assert found.bound / costs.scale == pytest.approx(chain_dp(problem).bottleneck, rel=REL)
@@ -127,7 +127,7 @@ def test_layers_without_edges_are_placed_by_the_stage_program() -> None:
     g = graph_of([4_000_000, 1_000_000, 3_000_000, 2_000_000], [(0, 1, 0)])  # l2, l3 have no edges
     problem = Problem(g, cluster_of([1.0, 1.0]), ROOFLINE, PlanOptions(microbatches=1))
     costs = Ticks.of(problem)
-    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    found = stage_bound(problem, costs, interchangeable(problem), None)
     assert found is not None and -1 not in found.dev_of
     assert found.bound <= tick_optimum(problem, costs)
     assert solve(problem, EXACT).bottleneck == pytest.approx(0.005, rel=REL)
@@ -153,7 +153,7 @@ def test_the_hint_is_a_complete_feasible_solution(comm: str) -> None:
     problem = Problem(g, cluster_of([1.0, 1.0, 2.0], latency=1e-5), ROOFLINE,
                       PlanOptions(comm=comm, max_devices=2))
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     built = build_model(problem, costs, classes)
     dev_of, order = [2, 0, 2, 0], [2, 0]  # not in the classes' symmetry-breaking order: relabelled
     built.hint(problem, costs, classes, dev_of, order)
@@ -171,7 +171,7 @@ def test_stage_bound_sees_the_slow_link_between_hosts() -> None:
     bw = [[0.0, 1e10, 1e8, 1e8], [1e10, 0.0, 1e8, 1e8], [1e8, 1e8, 0.0, 1e10], [1e8, 1e8, 1e10, 0.0]]
     problem = Problem(g, cluster_of([1.0] * 4, bw), ROOFLINE, PlanOptions(comm="serial", microbatches=1))
     costs = Ticks.of(problem)
-    found = stage_bound(problem, costs, _interchangeable(problem), None)
+    found = stage_bound(problem, costs, interchangeable(problem), None)
     assert found is not None
     assert found.bound / costs.scale == pytest.approx(brute_force(problem), rel=REL)
     # two stages on one host (4 ms + 0.1 ms hop each); a third stage would pay the 10 ms hop
@@ -194,7 +194,7 @@ def test_crossings_grouped_by_link_keep_the_optimum(problem: Problem, aggregate:
         optimum = tick_optimum(problem, costs)
     except AssertionError:
         return
-    built = build_model(problem, costs, _interchangeable(problem), aggregate=aggregate)
+    built = build_model(problem, costs, interchangeable(problem), aggregate=aggregate)
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
     assert solver.solve(built.model) == cp_model.OPTIMAL
@@ -226,7 +226,7 @@ def test_exact_receipts_close_the_bound_on_branches_across_hosts() -> None:
                       PlanOptions(microbatches=1))
     costs = Ticks.of(problem)
     optimum = tick_optimum(problem, costs)
-    program = BoundProgram.of(problem, costs, _interchangeable(problem), None)
+    program = BoundProgram.of(problem, costs, interchangeable(problem), None)
     assert program is not None
     refined = program.run(Round(refined=True))
     held = program.run(Round(refined=True, held=program.ceiling))

@@ -12,7 +12,7 @@ import pipeplan.planner.ilp_scale as scale
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.planner.bound import BoundProgram, Charging, Round
 from pipeplan.planner.bound.prices import Prices
-from pipeplan.planner.ilp import SolverOptions, _interchangeable, solve
+from pipeplan.planner.ilp import SolverOptions, interchangeable, solve
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import relative_gap
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
@@ -54,7 +54,7 @@ def test_price_bound_never_exceeds_the_optimum(problem: Problem) -> None:
         optimum = tick_optimum(problem, costs)
     except AssertionError:  # nothing fits
         return
-    prices = Prices.of(problem, costs, _interchangeable(problem))
+    prices = Prices.of(problem, costs, interchangeable(problem))
     assert 0 <= prices.bound() <= optimum
     assert (prices.layer >= 0).all() and (prices.compute_weight >= 0).all() and (prices.memory_weight >= 0).all()
 
@@ -69,7 +69,7 @@ def test_windows_change_no_value_of_the_stage_program(problem: Problem, slack: i
         optimum = tick_optimum(problem, costs)
     except AssertionError:
         return
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     upper = optimum + slack * max(1, optimum // 20)
     pruned = BoundProgram.of(problem, costs, classes, upper)
     full = BoundProgram.of(problem, costs, classes, upper, use_windows=False)
@@ -90,7 +90,7 @@ def test_windows_change_no_value_of_the_stage_program(problem: Problem, slack: i
 @given(st.one_of(problems(), mixed_problems()))
 def test_candidate_stages_fit_memory_with_their_workspace(problem: Problem) -> None:
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     program = BoundProgram.of(problem, costs, classes, None)
     assert program is not None
     member = program.stages.member
@@ -107,7 +107,7 @@ def test_windows_keep_few_stages_of_a_long_chain() -> None:
     g = graph_of([1_000_000] * 60, [(i, i + 1, 0) for i in range(59)])
     problem = Problem(g, cluster_of([1.0] * 4), ROOFLINE, PlanOptions(microbatches=1))
     costs = Ticks.of(problem)
-    classes = _interchangeable(problem)
+    classes = interchangeable(problem)
     upper = int(tick_optimum_of_chain(costs, 15) * 1.02)
     pruned = BoundProgram.of(problem, costs, classes, upper)
     full = BoundProgram.of(problem, costs, classes, upper, use_windows=False)
@@ -129,7 +129,7 @@ def test_price_bound_sees_the_slow_devices_and_memory() -> None:
     cluster = cluster_with([1.0, 1.0, 1 / 3], [2**30, 2**30, 50 * 2**20])
     problem = Problem(g, cluster, ROOFLINE, PlanOptions(microbatches=1, memory_margin=0.0))
     costs = Ticks.of(problem)
-    bound = Prices.of(problem, costs, _interchangeable(problem)).bound() / costs.scale
+    bound = Prices.of(problem, costs, interchangeable(problem)).bound() / costs.scale
     assert bound == pytest.approx(0.00825, rel=1e-6)
     assert bound <= brute_force(problem)
 
