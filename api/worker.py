@@ -90,11 +90,13 @@ def serve(conn: Connection, memory_limit: int = 0, log_format: str | None = None
         except MemoryError:
             pass  # answered below: here the traceback still holds everything the task built
         except Exception as exc:
-            outcome = failure_of(exc, task_id, kind)
-            if not outcome.user_error and memory_limit and _peak_resident() >= 0.9 * memory_limit:
+            if not isinstance(exc, UserError) and memory_limit and _peak_resident() >= 0.9 * memory_limit:
                 # C code that cannot allocate often fails as something else (SystemError in an import,
-                # a RuntimeError from a library): near the limit, that is the likely cause.
+                # a RuntimeError from a library): near the limit, that is the likely cause.  Decided
+                # before failure_of formats and logs a traceback, which needs memory the task still holds.
                 outcome = _out_of_memory(kind, memory_limit, f" ({type(exc).__name__}: {exc})")
+            else:
+                outcome = failure_of(exc, task_id, kind)
         finally:
             request_id.reset(token)
         if outcome is None:
