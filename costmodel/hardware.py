@@ -166,6 +166,12 @@ class Device(BaseModel):
     peak_flops: FlopRate = Field(..., description="peak FLOP/s for the model's dtype")
     mem_bandwidth: ByteRate = Field(..., description="memory bandwidth in bytes/s")
     load: Contention = Field(default_factory=Contention, description="current contention")
+    slowdown: float | None = Field(
+        None, gt=0, le=1000,
+        description="measured: this device runs this many times slower than its cost model predicts "
+                    "(a deployment's drift re-plan sets it; every planner multiplies the device's times by it; "
+                    "none: 1)",
+    )
     cores: list[int] | None = Field(
         None, description="CPU cores this device is (for CPU devices): the executor pins to them"
     )

@@ -28,7 +28,7 @@ from pipeplan.executor.report import _microbatches
 
 __all__ = ["DeploymentStats", "LayerMove", "Meter", "StageStats", "SwitchRecord"]
 
-_STEP, _COMP_END = 0, 5  # columns of a timing row (MicrobatchTiming.as_row)
+_STEP, _COMP_START, _COMP_END = 0, 4, 5  # columns of a timing row (MicrobatchTiming.as_row)
 
 
 def _quantile(values: list[float], q: float) -> float:
@@ -166,6 +166,15 @@ class Meter:
             self._served[rank] += 1
             if arrived is not None:
                 self._arrived.append((int(row[_STEP]), arrived))
+
+    def recent_compute(self, n: int) -> list[float] | None:
+        """Each stage's mean compute over its last ``n`` microbatches of the current layout; None
+        until every stage has run ``n``."""
+        with self._lock:
+            if not self._rows or min(len(r) for r in self._rows) < n:
+                return None
+            return [statistics.fmean(r[_COMP_END] - r[_COMP_START] for r in list(rows)[-n:])
+                    for rows in self._rows]
 
     def answered(self, submitted: float, dispatched: float, answered: float) -> None:
         with self._lock:

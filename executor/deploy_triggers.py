@@ -17,7 +17,7 @@ from pipeplan.executor.errors import RunError
 if TYPE_CHECKING:
     from pipeplan.executor.deploy_switch import Switching
 
-__all__ = ["cluster_without", "slowed", "watch_drift"]
+__all__ = ["cluster_without", "slowed", "watch_drift", "with_slowdowns"]
 
 log = logging.getLogger(__name__)
 
@@ -31,37 +31,65 @@ def cluster_without(cluster: Cluster, devices: set[str]) -> Cluster:
 
 
 def slowed(cluster: Cluster, device: str, factor: float) -> Cluster:
-    """``cluster`` with ``device`` ``factor`` times slower (peak FLOP/s and memory bandwidth divided):
-    how a measured drift becomes a cluster state the planner can weigh."""
+    """``cluster`` with ``device`` ``factor`` times slower than now (its ``slowdown`` multiplied)."""
+    return with_slowdowns(cluster, {device: (cluster.device(device).slowdown or 1.0) * factor})
+
+
+def with_slowdowns(cluster: Cluster, slowdowns: dict[str, float]) -> Cluster:
+    """``cluster`` with each device of ``slowdowns`` that many times slower than its cost model
+    predicts: how a measured drift becomes a cluster state the planner can weigh.
+
+    The factor is not folded into the devices' peaks: a profiled or learned cost model predicts
+    from the device type and ignores them, so a re-plan would see no change.  The planner
+    multiplies every time on a device by its slowdown, whatever the cost model."""
     doc = cluster.to_dict()
     for d in doc["devices"]:
-        if d["id"] == device:
-            d["peak_flops"] = float(d["peak_flops"]) / factor
-            d["mem_bandwidth"] = float(d["mem_bandwidth"]) / factor
+        if d["id"] in slowdowns:
+            d["slowdown"] = min(1000.0, max(1e-3, slowdowns[d["id"]]))
     return Cluster.from_dict(doc)
 
 
+def _strays(ratio: float, drift: float) -> bool:
+    return max(ratio, 1 / ratio) > 1 + drift
+
+
 def watch_drift(d: Switching) -> None:
-    """Re-plan once per layout when a stage's measured compute strays from its prediction."""
+    """Re-plan when stages' measured compute over their last ``drift_after`` microbatches strays
+    from the prediction by more than ``drift``.
+
+    Every straying stage's device gets the measured slowdown at once (its slowdown when the
+    layout was planned times measured ÷ predicted), so a co-runner on one device is not blamed on
+    another.  The check goes on for as long as the deployment serves, so a load that arrives (or
+    leaves) long after a switch is noticed.  After a re-plan that kept the layout, the ratios acted
+    on are remembered, and the layout is re-planned again only when the measured times stray from
+    *those* by more than ``drift``: a drift the planner judged not worth moving for does not
+    re-plan every interval."""
     assert d.serving.drift is not None
-    checked = -1
+    drift = d.serving.drift
+    planned_on: tuple[int, dict[str, float]] | None = None  # (layout, each device's slowdown it was planned with)
+    acted: list[float] | None = None  # each stage's ratio at the last re-plan that kept this layout
     while not d._ended.wait(d.serving.drift_interval):
         layout, plan = d._layout, d.plan
-        if layout == checked or d._queue.closed:
+        if planned_on is None or planned_on[0] != layout:
+            planned_on, acted = (layout, {dev.id: dev.slowdown or 1.0 for dev in d.cluster.devices}), None
+        if d._queue.closed:
             continue
-        stats = d._meter.snapshot(0, 0)
-        if len(stats.stages) != len(plan.stages) or \
-                min(s.microbatches for s in stats.stages) < d.serving.drift_after:
+        recent = d._meter.recent_compute(d.serving.drift_after)
+        if recent is None or len(recent) != len(plan.stages):
             continue
-        checked = layout
-        ratios = [(s.compute / p.compute if p.compute > 0 < s.compute else 1.0, s, p) for s, p in zip(stats.stages,
-                                                                                          plan.stages, strict=True)]
-        ratio, measured, planned = max(ratios, key=lambda r: max(r[0], 1 / r[0]))
-        if max(ratio, 1 / ratio) <= 1 + d.serving.drift:
+        ratios = [m / p.compute if p.compute > 0 < m else 1.0 for m, p in zip(recent, plan.stages, strict=True)]
+        if acted is not None and not any(_strays(r / a, drift) for r, a in zip(ratios, acted, strict=True)):
             continue
-        why = (f"drift: {measured.device} computes in {measured.compute * 1e3:.3f} ms, predicted "
-               f"{planned.compute * 1e3:.3f} ms ({ratio:.2f}×)")
+        straying = [k for k, r in enumerate(ratios) if _strays(r, drift)]
+        if not straying:
+            continue
+        base = planned_on[1]
+        slowdowns = {plan.stages[k].device: base.get(plan.stages[k].device, 1.0) * ratios[k] for k in straying}
+        why = "drift: " + "; ".join(f"{plan.stages[k].device} computes in {recent[k] * 1e3:.3f} ms, predicted "
+                                    f"{plan.stages[k].compute * 1e3:.3f} ms ({ratios[k]:.2f}×)" for k in straying)
         try:
-            d.replan(slowed(d.cluster, measured.device, ratio), why)
+            record = d.replan(with_slowdowns(d.cluster, slowdowns), why)
         except RunError as exc:
             log.warning("drift re-plan failed: %s", exc)
+            record = None
+        acted = ratios if record is None else None

@@ -6,7 +6,8 @@ is the time of one microbatch through it.
 
 Costs (seconds, per microbatch):
 
-- ``time[v][d]``: layer ``v`` on device ``d`` under that device's current load (the cost model);
+- ``time[v][d]``: layer ``v`` on device ``d`` under that device's current load (the cost model),
+  times the device's measured ``slowdown`` where one is set;
 - ``stage_overhead[d]``: what a stage on ``d`` pays once per microbatch whatever its layers
   (:meth:`pipeplan.costmodel.base.CostModel.stage_overhead`: a shared GPU's time-slice waits), added to the
   stage's compute by the simulator;
@@ -145,11 +146,16 @@ class Problem:
                             f"{self.cluster.name!r} has only {k} devices")
         layers = self.graph.layers
         # time[v][d] in seconds, under each device's current load (one batch per device)
-        per_device = [self.costmodel.layer_times(layers, dev) for dev in self.cluster.devices]
+        # A device measured slower than predicted (Device.slowdown) scales every time on it: applied
+        # here, not in each cost model, since a profile or a learned model ignores the spec's peaks.
+        slow = [dev.slowdown or 1.0 for dev in self.cluster.devices]
+        per_device = [[t * f for t in self.costmodel.layer_times(layers, dev)]
+                      for dev, f in zip(self.cluster.devices, slow, strict=True)]
         self.time: list[list[float]] = [list(row) for row in zip(*per_device, strict=True)]
         # seconds a stage on each device pays once per microbatch, whatever its layers (a GPU's
         # time-slice waits under contention; 0 for most models): the simulator adds it per stage
-        self.stage_overhead: list[float] = [self.costmodel.stage_overhead(dev) for dev in self.cluster.devices]
+        self.stage_overhead: list[float] = [self.costmodel.stage_overhead(dev) * f
+                                            for dev, f in zip(self.cluster.devices, slow, strict=True)]
         mem = [self.costmodel.layer_memory(layer) for layer in layers]
         # Inference keeps a live set, not every layer's outputs for every microbatch in flight (which
         # refused a 13B decoder as needing 206 GiB for 24 GiB of weights).  The planners' form stays

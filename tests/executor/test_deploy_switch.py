@@ -165,20 +165,21 @@ def test_a_killed_stage_process_is_replanned_around_and_its_requests_replayed(cl
 
 def test_drift_from_the_prediction_triggers_a_replan(clusters: dict[int, Path]) -> None:
     """The cluster spec says 50 GFLOP/s per core; the measured stages are far from what the roofline
-    predicts from it, so a 1 % threshold must fire: the deployment re-plans with the measured speed."""
+    predicts from it (an mlp's layers take microseconds: Python and dispatch dominate), so a 20 %
+    threshold fires: the deployment re-plans with the device's measured slowdown."""
     plan, samples, expected = _mlp(clusters[2], 160)
-    serving = ServeOptions(max_wait_ms=1, drift=0.01, drift_after=5, drift_interval=0.2)
+    serving = ServeOptions(max_wait_ms=1, drift=0.2, drift_after=5, drift_interval=0.2)
     with deploy_plan(plan, options=_options(clusters[2]), serving=serving) as d:
-        before = {dev.id: dev.peak_flops for dev in d.cluster.devices}
         stream = _Stream(d, samples)
         answers = stream.finish()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and {dev.id: dev.peak_flops for dev in d.cluster.devices} == before:
+        while time.monotonic() < deadline and all(dev.slowdown is None for dev in d.cluster.devices):
             time.sleep(0.1)
-        after = {dev.id: dev.peak_flops for dev in d.cluster.devices}
+        slowdowns = {dev.id: dev.slowdown for dev in d.cluster.devices}
         stats = d.stats()
     _check_answers(answers, samples, expected)
-    assert after != before  # re-planned with a device's speed scaled to what was measured
+    # re-planned with a device's times scaled by what was measured: several times the roofline's
+    assert any(s is not None and s > 1.2 for s in slowdowns.values()), slowdowns
     assert all(r.why.startswith("drift: ") for r in stats.switches)
     assert stats.answered == 160 and stats.failed == 0
 

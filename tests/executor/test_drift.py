@@ -1,0 +1,89 @@
+"""A deployment notices a load that arrives while it serves: measured slowdowns reach the planner."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from pipeplan.costmodel.analytic import RooflineModel
+from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.corunners import CoRunners
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.zoo import capture_model
+from pipeplan.executor import RunOptions
+from pipeplan.executor.deploy import ServeOptions, deploy_plan
+from pipeplan.executor.deploy_stats import Meter
+from pipeplan.executor.deploy_triggers import slowed
+from pipeplan.planner.problem import Problem
+from tests.executor_helpers import cpu_cluster, plan_with_cuts
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def test_a_slowdown_multiplies_every_time_on_its_device_whatever_the_cost_model(tmp_path: Path) -> None:
+    cluster = load_cluster(str(cpu_cluster(tmp_path / "c.yaml", 2)))
+    graph = capture_model("mlp", 4)
+    plain = Problem(graph, cluster, RooflineModel())
+    slow = Problem(graph, slowed(slowed(cluster, "cpu1", 2.0), "cpu1", 1.5), RooflineModel())
+    assert slow.cluster.device("cpu1").slowdown == 3.0 and slow.cluster.device("cpu0").slowdown is None
+    for v in range(plain.n_layers):
+        assert slow.time[v][0] == plain.time[v][0]
+        assert slow.time[v][1] == pytest.approx(3.0 * plain.time[v][1], rel=1e-12)
+    # the factor survives the cluster's JSON form, and 1 is what no factor means
+    assert type(cluster).from_dict(slow.cluster.to_dict()).device("cpu1").slowdown == 3.0
+    assert "slowdown" not in cluster.to_dict()["devices"][0]
+
+
+def test_recent_compute_is_each_stages_mean_over_its_last_microbatches() -> None:
+    meter = Meter(["a", "b"], window=100)
+    assert meter.recent_compute(2) is None
+    for step, (a, b) in enumerate([(1.0, 5.0), (2.0, 6.0), (4.0, 9.0)]):
+        # batch, microbatch, recv start, recv end, compute start, compute end, send end, send wait
+        meter.step(0, [step, 0, 0.0, 0.0, 10.0, 10.0 + a, 20.0, 0.0], None)
+        meter.step(1, [step, 0, 0.0, 0.0, 30.0, 30.0 + b, 40.0, 0.0], None)
+    assert meter.recent_compute(2) == [3.0, 7.5]
+    assert meter.recent_compute(4) is None
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: a co-runner joins one stage's")
+def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(tmp_path: Path) -> None:
+    """The watcher first calibrates (the roofline is far from an mlp's measured stages), then keeps
+    watching: two co-runners that start on cpu1's core later raise cpu1's measured slowdown.  A
+    horizon of one microbatch makes moving rarely pay, so cpu1 keeps a stage to measure."""
+    spec = cpu_cluster(tmp_path / "c.yaml", 2)
+    plan = plan_with_cuts(capture_model("mlp", 4), spec, ["net.4"])
+    serving = ServeOptions(max_wait_ms=1, drift=0.3, drift_after=8, drift_interval=0.1, horizon="1mb")
+    stop = threading.Event()
+    with deploy_plan(plan, options=RunOptions(cluster=str(spec), timeout=30.0), serving=serving) as d:
+        def client() -> None:
+            while not stop.is_set():
+                d.submit(torch.randn(256), timeout=30.0)
+                time.sleep(0.002)
+
+        thread = threading.Thread(target=client)
+        thread.start()
+        try:
+            deadline = time.monotonic() + 20  # calibrated: the first re-plan set the measured slowdowns
+            while time.monotonic() < deadline and d.cluster.device("cpu1").slowdown is None:
+                time.sleep(0.05)
+            time.sleep(1.0)  # settled on the calibrated layout
+            before = d.cluster.device("cpu1").slowdown or 1.0
+            core = d.cluster.device("cpu1").cores
+            assert core is not None
+            with CoRunners(Contention(corunners=2, kind="compute"), cores=core):
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and (d.cluster.device("cpu1").slowdown or 1.0) < 1.5 * before:
+                    time.sleep(0.05)
+                after = d.cluster.device("cpu1").slowdown or 1.0
+        finally:
+            stop.set()
+            thread.join()
+        stats = d.stats()
+    assert after >= 1.5 * before, (before, after)
+    assert stats.failed == 0
