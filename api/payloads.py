@@ -8,7 +8,8 @@ reads back.  Nothing a client sends is code: a model is a zoo name or a graph do
 
 The planner's own :class:`~pipeplan.planner.problem.PlanOptions` travel as they are; the solver's
 limits travel as :class:`SolverLimits`, the part of :class:`~pipeplan.planner.ilp.SolverOptions` a
-client may set, so that the server need not import the solver (OR-Tools) to describe a job.
+client may set, so that the server need not import the solver (OR-Tools) to describe a job.  A plan
+that may borrow memory carries :class:`~pipeplan.planner.harvest.HarvestOptions` the same way.
 
 >>> limits = SolverLimits(time_limit=5.0, workers=1, seed=0, gap_limit=0.0)
 >>> limits.key()
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.planner.harvest import HarvestOptions
 from pipeplan.planner.problem import PlanOptions
 
 if TYPE_CHECKING:
@@ -68,7 +70,7 @@ class ZooCapture:
 @dataclass(frozen=True)
 class PlanPayload:
     """A plan or compare job: the graph (or the zoo model to capture), the cluster's state, the cost
-    model, the options and the solver's limits."""
+    model, the options, the solver's limits, and for a plan that may borrow memory its harvesting options."""
 
     cluster: Cluster  # its current state: the spec with each device's load, reservations included
     costmodel: str  # what the worker loads (pipeplan.costmodel.registry.load_cost_model)
@@ -77,6 +79,7 @@ class PlanPayload:
     solver: SolverLimits
     graph_text: str | None = None  # the graph's canonical JSON, when it is known before the job
     zoo: ZooCapture | None = None  # else the zoo model the worker captures first
+    harvest: HarvestOptions | None = None  # a plan job solved with solve_harvest; None: no borrowing
 
     def __post_init__(self) -> None:
         if self.graph_text is None and self.zoo is None:  # a bug in the server, not in a request
@@ -91,16 +94,19 @@ class PlanPayload:
             doc["graph_text"] = self.graph_text
         if self.zoo is not None:
             doc["zoo"] = asdict(self.zoo)
+        if self.harvest is not None:
+            doc["harvest"] = self.harvest.to_dict()
         return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> PlanPayload:
         """A payload from :meth:`to_json`'s form (or the plain dicts jobs queued before it kept)."""
-        zoo = doc.get("zoo")
+        zoo, harvest = doc.get("zoo"), doc.get("harvest")
         return cls(cluster=Cluster.from_dict(doc["cluster"]), costmodel=doc["costmodel"],
                    costmodel_name=doc["costmodel_name"], options=PlanOptions(**doc["options"]),
                    solver=SolverLimits(**doc["solver"]), graph_text=doc.get("graph_text"),
-                   zoo=ZooCapture(**zoo) if zoo is not None else None)
+                   zoo=ZooCapture(**zoo) if zoo is not None else None,
+                   harvest=HarvestOptions(**harvest) if harvest is not None else None)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,8 @@
 
 Each problem becomes a 4xx that names the field: a graph over the size limits (413), a graph
 ``ModelGraph.from_dict`` refuses, an unknown cluster, a spec ``Cluster.from_dict`` refuses, a
-time limit over the service's, ``reserve`` on a cluster that is not registered (422).
+time limit over the service's, ``reserve`` on a cluster that is not registered, harvesting options
+that name a device the cluster lacks or reserve more than a device offers (422).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from pipeplan.api.schemas.plans import CompareCreate, PlanCreate
 from pipeplan.api.settings import Settings
 from pipeplan.api.store import find_graph, zoo_digest
 from pipeplan.api.zoo import ZooCatalog
+from pipeplan.planner.harvest import HarvestOptions
 from pipeplan.planner.problem import PlanError, PlanOptions
 
 __all__ = ["GraphInfo", "Prepared", "Resolver", "check_sizes"]
@@ -70,6 +72,7 @@ class Prepared:
     timeout: float  # seconds the job may take, everything included
     timeout_note: str = ""  # what those seconds are made of
     owner: str | None = None  # who asked (the owner of the job and the plan it makes)
+    harvest: HarvestOptions | None = None  # a plan that may borrow memory; None: no borrowing
 
     @property
     def costmodel_name(self) -> str:
@@ -104,6 +107,9 @@ class Resolver:
             raise ApiError(422, "reserve needs a registered cluster: PUT it to /v1/clusters/{name} and plan "
                            "on it by name", ["body", "reserve"])
         options, options_key = self._options(body, cluster)
+        harvest = _harvest(body, cluster, options)
+        if harvest is not None:  # in the key as the planner reads it: "64GiB" and its bytes are one request
+            options_key = {**options_key, "harvest": harvest.to_dict()}
         graph: GraphInfo | None = None
         zk: str | None = None
         zoo: ZooCapture | None = None
@@ -133,7 +139,7 @@ class Resolver:
             note += f" + {capture:g} s to capture the model (PIPEPLAN_CAPTURE_TIMEOUT)"
         return Prepared(kind=kind, key=key, final=digest is not None, key_parts=parts, digest=digest, graph=graph,
                         zoo_key=zk, cluster=cluster, costmodel=costmodel, options=options, solver=solver, zoo=zoo,
-                        reserve=reserve, request=request, timeout=timeout, timeout_note=note)
+                        reserve=reserve, request=request, timeout=timeout, timeout_note=note, harvest=harvest)
 
     def payload(self, prep: Prepared) -> PlanPayload:
         """What the worker needs for ``prep`` (built only when a job is submitted)."""
@@ -145,7 +151,7 @@ class Resolver:
                 graph_text = found.doc
         return PlanPayload(cluster=prep.cluster.effective, costmodel=prep.costmodel.spec,
                            costmodel_name=prep.costmodel.name, options=prep.options, solver=prep.solver,
-                           graph_text=graph_text, zoo=prep.zoo)
+                           graph_text=graph_text, zoo=prep.zoo, harvest=prep.harvest)
 
     def _solver(self, body: PlanCreate | CompareCreate) -> SolverLimits:
         s = self.settings
@@ -210,6 +216,32 @@ class Resolver:
                     _, dropped = self._seen.popitem(last=False)
                     self._seen_bytes -= len(dropped.doc)
         return info
+
+
+def _harvest(body: PlanCreate | CompareCreate, cluster: ClusterState, options: PlanOptions) -> HarvestOptions | None:
+    """The request's harvesting options, checked against the cluster; None when it asks for none."""
+    asked = getattr(body, "harvest", None)
+    if asked is None:
+        return None
+    loc: list[str | int] = ["body", "harvest"]
+    devices = {d.id: d for d in cluster.effective.devices}
+    known = f"cluster {cluster.name!r} has {', '.join(devices)}"
+    for i, lender in enumerate(asked.lenders or ()):
+        if lender not in devices:
+            raise ApiError(422, f"lender {lender!r} is not a device of the cluster: {known}", [*loc, "lenders", i])
+    for device, nbytes in asked.reserved.items():
+        if device not in devices:
+            raise ApiError(422, f"reserved names {device!r}, which is not a device of the cluster: {known}",
+                           [*loc, "reserved", device])
+        usable = int(devices[device].memory * (1.0 - options.memory_margin))
+        if nbytes > usable:
+            raise ApiError(422, f"reserved {nbytes} bytes on {device!r}, more than the {usable} it offers after "
+                           "the memory margin", [*loc, "reserved", device])
+    try:
+        return HarvestOptions(tuple(asked.lenders) if asked.lenders is not None else None, asked.host_memory,
+                              asked.host_bandwidth, asked.host_latency, tuple(sorted(asked.reserved.items())))
+    except PlanError as exc:  # the schema has read every value: a rule of the planner's own
+        raise ApiError(422, str(exc), loc) from None
 
 
 def check_sizes(graph: Any, loc: list[str | int]) -> None:

@@ -194,7 +194,12 @@ def _plan(payload: PlanPayload) -> dict[str, Any]:
     from pipeplan.planner.ilp import solve
 
     problem, solver, stored = _problem(payload)
-    plan = solve(problem, solver)
+    if payload.harvest is not None:  # the plan's harvest section holds the memory map and the loans
+        from pipeplan.planner.harvest_solve import solve_harvest
+
+        plan = solve_harvest(problem, payload.harvest, solver)
+    else:
+        plan = solve(problem, solver)
     plan.costmodel = payload.costmodel_name
     loads = {s.device: stage_kind((problem.graph[name] for name in s.layers), problem.cluster.device(s.device))
              for s in plan.stages}
@@ -209,6 +214,8 @@ def _compare(payload: PlanPayload) -> dict[str, Any]:
     for plan in comp.plans.values():
         plan.costmodel = payload.costmodel_name
     ilp = comp.plans["ilp"].objective_value
+    if payload.harvest is not None:  # the schema offers harvest on plan requests only
+        raise ValueError("a compare job was given harvesting options")
     rows = [{"method": name, "plan": finite(plan.to_dict()),
              "objective_vs_ilp": finite(plan.objective_value / ilp) if ilp else None,
              "bottleneck_vs_bound": finite(plan.bottleneck / comp.lower_bound) if comp.lower_bound else None}

@@ -350,11 +350,17 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if args.out:
         plan.save(args.out)
         console.print(f"plan written to {args.out}")
+    if args.png:
+        from pipeplan.planner.plot import plot_plans
+
+        png = plot_plans(problem, {"harvest" if harvest is not None else plan.method: plan}, args.png)
+        console.print(f"Gantt chart and memory per device written to {png}")
 
 
 def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,
-                     with_plan: bool = False) -> None:
-    """Plan with the ILP and every baseline, print the table (and the ILP's stages), write the PNG."""
+                     with_plan: bool = False, extra: dict[str, Plan] | None = None) -> None:
+    """Plan with the ILP and every baseline, print the table (and the ILP's stages), write the PNG
+    (with the ``extra`` plans, such as one that borrows memory, drawn after them)."""
     from pipeplan.planner.compare import compare, comparison_table, plot_comparison
     from pipeplan.render import plan_table
 
@@ -364,7 +370,7 @@ def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, 
     if with_plan:
         console.print(plan_table(comp.plans["ilp"]))
     console.print(comparison_table(comp))
-    console.print(f"Gantt charts and memory per device written to {plot_comparison(comp, png)}")
+    console.print(f"Gantt charts and memory per device written to {plot_comparison(comp, png, extra)}")
 
 
 def cmd_compare(args: argparse.Namespace) -> None:
@@ -375,17 +381,22 @@ def cmd_compare(args: argparse.Namespace) -> None:
     harvest = _harvest_options(args)
     png = args.png or f"compare-{problem.graph.model}-{problem.cluster.name}.png"
     console = _console()
+    borrowing: dict[str, Plan] = {}
     if harvest is not None:
-        # The comparison (and its PNG) covers plans that keep their weights at home; the plan that
-        # borrows is shown beside it, since the simulator behind the Gantt charts knows no fetches.
+        # The comparison covers plans that keep their weights at home; the plan that borrows is
+        # printed before it and drawn after them in the PNG (its Gantt chart with its fetches).
         console.print("with harvesting:")
-        _print_harvest(console, solve_harvest(problem, harvest, solver))
+        borrowing["harvest"] = solve_harvest(problem, harvest, solver)
+        _print_harvest(console, borrowing["harvest"])
     try:
-        _show_comparison(console, problem, solver, png)
+        _show_comparison(console, problem, solver, png, extra=borrowing)
     except PlanError as exc:
         if harvest is None:
             raise
+        from pipeplan.planner.plot import plot_plans
+
         console.print(f"without harvesting: {exc}")
+        console.print(f"Gantt chart and memory per device written to {plot_plans(problem, borrowing, png)}")
 
 
 def cmd_demo(args: argparse.Namespace) -> None:
@@ -460,6 +471,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_model_args(p)
     _add_plan_args(p)
     p.add_argument("--out", metavar="PLAN.json", help="save the plan as versioned JSON")
+    p.add_argument("--png", metavar="OUT.png", help="also draw the plan: its Gantt chart and the memory per device "
+                   "(own, lent, reserved, free; borrowed)")
     p.set_defaults(func=cmd_plan)
 
     p = sub.add_parser("compare", help="the ILP beside every baseline: table and Gantt PNG",

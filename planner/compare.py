@@ -1,11 +1,13 @@
 """Offline comparison of plans: the ILP beside every baseline, as a table and as a picture.
 
-The picture (PNG) has one Gantt chart per plan — each stage's row, each microbatch a bar, as the
-simulator schedules them (GPipe fill-drain) — and a bar chart of memory per device against capacity.
+The picture (PNG, :mod:`pipeplan.planner.plot`) has one Gantt chart per plan — each stage's row, each
+microbatch a bar, GPipe fill-drain — and the memory map per device: own, lent, reserved and free
+against capacity, and borrowed, per plan.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,6 @@ from pipeplan.planner.baselines import BASELINES
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanError, Problem
-from pipeplan.planner.simulate import evaluate
 
 __all__ = ["Comparison", "compare", "comparison_table", "plot_comparison"]
 
@@ -66,46 +67,10 @@ def comparison_table(comp: Comparison) -> Table:
     return table
 
 
-def plot_comparison(comp: Comparison, path: str | Path) -> Path:
-    """Write the Gantt charts and the memory bars to ``path`` (PNG)."""
-    import matplotlib
+def plot_comparison(comp: Comparison, path: str | Path, extra: Mapping[str, Plan] | None = None) -> Path:
+    """Write the Gantt charts and the memory map per device of every plan of ``comp`` to ``path``
+    (PNG), and of the ``extra`` plans of the same problem after them (a plan that borrows memory:
+    ``{"harvest": plan}``); see :mod:`pipeplan.planner.plot`."""
+    from pipeplan.planner.plot import plot_plans
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    p = comp.problem
-    names = list(comp.plans)
-    fig, axes = plt.subplots(len(names) + 1, 1, figsize=(11, 2.0 * len(names) + 3.2),
-                             gridspec_kw={"height_ratios": [1.0] * len(names) + [1.4]})
-    colors = plt.get_cmap("tab10")
-    horizon = max(plan.latency for plan in comp.plans.values()) * 1e3
-    for ax, name in zip(axes, names, strict=False):
-        plan = comp.plans[name]
-        ev = evaluate(p, plan.assignment(), plan.device_order())
-        for k, row in enumerate(ev.schedule):
-            for m, (start, finish) in enumerate(row):
-                ax.barh(k, (finish - start) * 1e3, left=start * 1e3, color=colors(m % 10),
-                        edgecolor="white", height=0.8)
-        ax.set_yticks(range(len(ev.stages)), [s.device for s in ev.stages])
-        ax.invert_yaxis()
-        ax.set_xlim(0, horizon * 1.02)
-        ax.set_title(f"{name}: bottleneck {format_seconds(plan.bottleneck)}, latency "
-                     f"{format_seconds(plan.latency)} ({plan.certificate.status})", fontsize=9, loc="left")
-    axes[-2].set_xlabel("time (ms); colours are microbatches")
-    ax = axes[-1]
-    width = 0.8 / len(names)
-    for i, name in enumerate(names):
-        mem = {s.device: s.memory for s in comp.plans[name].stages}
-        ax.bar([j + i * width for j in range(p.n_devices)],
-               [100.0 * mem.get(d, 0) / cap for d, cap in zip(p.devices, p.capacity, strict=True)],
-               width=width, label=name, color=colors(i % 10))
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(p.n_devices)],
-                  [f"{d}\n{format_bytes(c)} usable" for d, c in zip(p.devices, p.capacity, strict=True)])
-    ax.set_ylabel("% of usable memory")
-    ax.set_title("memory per device", fontsize=9, loc="left")
-    ax.legend(fontsize=8, ncol=len(names))
-    fig.tight_layout()
-    out = Path(path)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
-    return out
+    return plot_plans(comp.problem, {**comp.plans, **(extra or {})}, path)

@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 from pipeplan.api.schemas.common import ClusterRef, ModelRef, Strict, TextChecked
+from pipeplan.api.schemas.harvest import HarvestDoc, HarvestIn
 
 __all__ = [
     "CertificateDoc",
@@ -112,6 +113,16 @@ class PlanCreate(_PlanRequest):
 
     reserve: bool = Field(False, description="record the load this plan's stages put on their devices "
                                              "(registered clusters only), until the plan is released")
+    harvest: HarvestIn | None = Field(None, description="let stages keep weights in other devices' or their "
+                                                        "host's spare memory; null (default): no borrowing")
+
+    @model_serializer(mode="wrap")
+    def _without_harvest_off(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # Left out while off, so that the fingerprints of Idempotency-Keys sent before it existed hold.
+        dumped: dict[str, Any] = handler(self)
+        if dumped.get("harvest", 0) is None:
+            del dumped["harvest"]
+        return dumped
 
 
 class CompareCreate(_PlanRequest):
@@ -159,6 +170,8 @@ class PlanDoc(BaseModel):
     peak_memory: int
     certificate: CertificateDoc
     stages: list[StageDoc]
+    harvest: HarvestDoc | None = Field(None, description="a plan made with harvest: the memory map per device, "
+                                                         "the loans and the links that carry them")
 
 
 class PlanPublic(BaseModel):

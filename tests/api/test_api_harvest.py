@@ -1,0 +1,158 @@
+"""Harvesting in plan requests, in process (TestClient, a real SQLite database, a real solver worker,
+CP-SAT): a model that fits on no split of its cluster is a 422 without borrowing and a plan with
+it, whose memory map (stored with the plan) balances what lenders lend against what borrowers
+borrow; bad harvesting options are 422s naming the field.
+
+The problem is the first of ``tests/planner/test_harvest.py``: four layers of 1 GB of weights, d0
+(3.5 GB) alone may run them (d1 is forbidden), so d0 borrows three layers' weights from d1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from pipeplan.api.auth import create_token
+from pipeplan.api.database import Database
+from pipeplan.api.jobspec import JobSpec
+from pipeplan.api.main import create_app
+from pipeplan.api.schemas.plans import PlanCreate, PlanPublic
+from pipeplan.api.settings import Settings
+
+GB = 10**9
+PAIR = {"name": "pair", "devices": [
+    {"id": "d0", "memory": int(3.5 * GB), "peak_flops": 1e9, "mem_bandwidth": 1e15},
+    {"id": "d1", "memory": 4 * GB, "peak_flops": 1e9, "mem_bandwidth": 1e15}],
+    "links": [{"a": "d0", "b": "d1", "bandwidth": 1e11, "latency": 0}]}
+
+
+def heavy_chain(name: str, flops: int, n: int = 4) -> dict[str, Any]:
+    """``n`` layers in a line, 1 GB of weights each, handing nothing on."""
+    layers = [{"name": f"l{i}", "kind": "linear", "module_type": "Linear", "order": i, "flops": flops,
+               "bytes_read": 10**3, "bytes_written": 10**3, "param_bytes": GB, "activation_bytes": 0, "kernels": 1}
+              for i in range(n)]
+    return {"format": "pipeplan.graph", "version": 1, "model": name, "batch_size": 1, "layers": layers,
+            "edges": [{"src": f"l{i}", "dst": f"l{i + 1}", "bytes": 0} for i in range(n - 1)]}
+
+
+def body(name: str = "heavy", flops: int = 10**8, **extra: Any) -> dict[str, Any]:
+    """A plan request for d0 alone: 100 ms of compute a layer (at 10**8 FLOPs), fetches at 100 GB/s."""
+    return {"model": {"graph": heavy_chain(name, flops)}, "cluster": PAIR,
+            "options": {"microbatches": 1, "memory_margin": 0.0, "forbid_devices": ["d1"]},
+            "solver": {"time_limit": 10}, "wait": 60, **extra}
+
+
+@pytest.fixture(scope="module")
+def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    url = f"sqlite:///{tmp_path_factory.mktemp('harvest') / 'pipeplan.db'}"
+    db = Database(url)
+    db.migrate()
+    token = create_token(db, "harvester")
+    db.dispose()
+    with TestClient(create_app(Settings(database_url=url, workers=1)),
+                    headers={"Authorization": f"Bearer {token}"}) as c:
+        yield c
+
+
+def test_a_model_that_fits_only_by_borrowing_gets_a_plan_with_its_memory_map(client: TestClient) -> None:
+    refused = client.post("/v1/plans", json=body())
+    assert refused.status_code == 422, refused.text
+    assert "short" in refused.json()["detail"][0]["msg"]
+
+    made = client.post("/v1/plans", json=body(harvest={}))
+    assert made.status_code == 201, made.text
+    PlanPublic.model_validate(made.json())  # the answer is what the OpenAPI schema says
+    doc = made.json()["plan"]
+    assert [s["device"] for s in doc["stages"]] == ["d0"] and doc["certificate"]["status"] == "OPTIMAL"
+    harvest = doc["harvest"]
+    assert len(harvest["loans"]) == 3  # the three memory needs; the trim sends any other loan home
+    assert {(loan["lender"], loan["borrower"]) for loan in harvest["loans"]} == {("d1", "d0")}
+    memory = {row["device"]: row for row in harvest["memory"]}
+    assert set(memory) == {"d0", "d1"}
+    # What the lender holds for others is what the borrower keeps there: three layers of 1 GB.
+    assert memory["d1"]["lent"] == memory["d0"]["borrowed"] == 3 * GB
+    assert memory["d0"]["lent"] == memory["d1"]["borrowed"] == 0
+    for row in memory.values():
+        assert row["own"] + row["lent"] + row["reserved"] + row["free"] == row["capacity"], row
+    assert memory["d0"]["capacity"] == int(3.5 * GB) and memory["d1"]["own"] == 0
+    assert harvest["without"] is None  # nothing fits without borrowing
+    assert harvest["options"]["lenders"] is None and harvest["options"]["host_memory"] == 0
+
+    # Stored with the plan: read back as it was answered; the same request (sizes written with
+    # units or without) is the same plan.
+    got = client.get(made.json()["url"])
+    assert got.status_code == 200 and got.json()["plan"]["harvest"] == harvest
+    again = client.post("/v1/plans", json=body(harvest={"host_memory": "0GiB", "host_bandwidth": 12e9}))
+    assert again.status_code == 200 and again.json()["id"] == made.json()["id"] and again.json()["cached"]
+
+
+def test_reservations_and_the_host_tier_reach_the_planner(client: TestClient) -> None:
+    # 2 GB reserved on d1 leaves room for two loans there; the third goes to the host's memory.  With
+    # 10 ms of compute a layer the fetches set the bottleneck: two from d1 (20 ms) and one from the
+    # host (100 ms) beat one and two (210 ms).
+    made = client.post("/v1/plans", json=body("tiers", 10**7, harvest={"reserved": {"d1": "2GB"}, "host_memory": "8GB",
+                                                                "host_bandwidth": "10GB/s", "host_latency": "0s"}))
+    assert made.status_code == 201, made.text
+    harvest = made.json()["plan"]["harvest"]
+    lent: dict[str, int] = {}
+    for loan in harvest["loans"]:
+        assert loan["borrower"] == "d0"
+        lent[loan["lender"]] = lent.get(loan["lender"], 0) + loan["bytes"]
+    memory = {row["device"]: row for row in harvest["memory"]}
+    assert lent == {"d1": 2 * GB, "host:host0": GB}
+    assert {device: memory[device]["lent"] for device in lent} == lent  # the map agrees with the loans
+    assert memory["d0"]["borrowed"] == sum(lent.values())
+    assert memory["d1"]["reserved"] == 2 * GB and memory["d1"]["free"] == 0
+    assert memory["host:host0"]["capacity"] == 8 * GB
+    for row in memory.values():
+        assert row["own"] + row["lent"] + row["reserved"] + row["free"] == row["capacity"], row
+
+
+@pytest.mark.parametrize(("harvest", "loc", "message"), [
+    ({"lenders": ["d1", "gpu9"]}, ["body", "harvest", "lenders", 1], "'gpu9' is not a device of the cluster"),
+    ({"reserved": {"gpu9": "1GB"}}, ["body", "harvest", "reserved", "gpu9"], "not a device of the cluster"),
+    ({"reserved": {"d1": "5GB"}}, ["body", "harvest", "reserved", "d1"], "more than the 4000000000 it offers"),
+    ({"host_memory": -1}, ["body", "harvest", "host_memory"], "must be between 0 and"),
+    ({"host_memory": "lots"}, ["body", "harvest", "host_memory"], "cannot read quantity 'lots'"),
+    ({"host_bandwidth": 0}, ["body", "harvest", "host_bandwidth"], "must be between 1000 and"),
+    ({"host_latency": "5 days"}, ["body", "harvest", "host_latency"], "cannot read duration"),
+    ({"lenders": "d1"}, ["body", "harvest", "lenders"], "valid list"),
+    ({"borrow": True}, ["body", "harvest", "borrow"], "Extra inputs are not permitted"),
+])
+def test_bad_harvesting_options_are_422_naming_the_field(client: TestClient, harvest: dict[str, Any],
+                                                        loc: list[str | int], message: str) -> None:
+    answer = client.post("/v1/plans", json=body(harvest=harvest))
+    assert answer.status_code == 422, answer.text
+    detail = answer.json()["detail"][0]
+    assert detail["loc"] == loc and message in detail["msg"], detail
+
+
+def test_a_comparison_takes_no_harvesting(client: TestClient) -> None:
+    answer = client.post("/v1/plans/compare", json=body(harvest={}))
+    assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["body", "harvest"]
+
+
+def test_harvesting_off_keeps_the_request_dump_and_the_job_spec_carries_it(tmp_path: Path) -> None:
+    # Idempotency-Key fingerprints of requests sent before harvesting existed stay valid.
+    plain = PlanCreate.model_validate(body())
+    assert "harvest" not in plain.model_dump(mode="json")
+    asked = PlanCreate.model_validate(body(harvest={"host_memory": "1GiB", "reserved": {"d1": 5}}))
+    assert asked.model_dump(mode="json")["harvest"]["host_memory"] == 2**30
+    # A queued job's spec keeps the options: a worker on another machine plans with them.
+    from pipeplan.api.keys import KeyParts
+    from pipeplan.api.payloads import PlanPayload, SolverLimits
+    from pipeplan.costmodel.cluster import Cluster
+    from pipeplan.planner.harvest import HarvestOptions
+    from pipeplan.planner.problem import PlanOptions
+
+    payload = PlanPayload(Cluster.from_dict(PAIR), "analytic", "analytic", PlanOptions(microbatches=1),
+                          SolverLimits(5.0, 1, 0, 0.0), graph_text="{}",
+                          harvest=HarvestOptions.of(lenders=["d1"], host_memory="1GiB", reserved={"d1": "1GB"}))
+    spec = JobSpec(kind="plan", payload=payload, timeout=10.0, timeout_note="", key_parts=KeyParts("c", "m", {}, {}),
+                   graph=None, digest="d", zoo_key=None, cluster="pair", registered=False, revision=None,
+                   costmodel_name="analytic", request={}, reserve=False, owner=None)
+    assert JobSpec.from_json(spec.to_json()) == spec
