@@ -4,7 +4,7 @@ a token acts for (its owner may change what it made)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -21,6 +21,9 @@ from pipeplan.api.registry import Registry
 from pipeplan.api.schemas.common import ErrorResponse
 from pipeplan.api.settings import Settings
 from pipeplan.api.zoo import ZooCatalog
+
+if TYPE_CHECKING:
+    from pipeplan.api.placement.service import Placement
 
 __all__ = ["ERRORS", "Predictor", "PrincipalDep", "Reader", "Services", "ServicesDep", "TokenAuth", "Writer",
            "check_token", "errors", "owner_check"]
@@ -39,6 +42,7 @@ class Services:
     metrics: Metrics
     predictors: WorkerPool  # cost predictions, apart from the solvers
     queue: JobQueue | None = None  # the durable queue (PIPEPLAN_JOB_QUEUE=postgresql)
+    placement: Placement | None = None  # deployments' placement decisions (pipeplan.api.placement)
 
 
 # Dependencies are coroutines: FastAPI runs a plain function dependency in the threadpool, and a

@@ -23,13 +23,14 @@ from pipeplan.api.limits import BodyLimitMiddleware
 from pipeplan.api.logs import HEADER as REQUEST_ID
 from pipeplan.api.logs import RequestIdMiddleware
 from pipeplan.api.metrics import Metrics, MetricsMiddleware
+from pipeplan.api.placement.service import Placement, recover_decisions
 from pipeplan.api.planning import Planning
 from pipeplan.api.pool import Limits, WorkerPool
 from pipeplan.api.queue import JobQueue, ensure_schema
 from pipeplan.api.ratelimit import RateLimitMiddleware
 from pipeplan.api.registry import Registry
 from pipeplan.api.resolve import Resolver
-from pipeplan.api.routes import clusters, costmodel, health, jobs, models, plans
+from pipeplan.api.routes import clusters, costmodel, deployments, health, jobs, models, plans
 from pipeplan.api.security import AuthMiddleware, install_openapi
 from pipeplan.api.settings import Settings, get_settings
 from pipeplan.api.store import recover_jobs
@@ -69,8 +70,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         else:
             with db.write() as session:
                 stale = recover_jobs(session)
+                undecided = recover_decisions(session)
             if stale:
                 log.warning("%d jobs were unfinished when the service last stopped; marked failed", stale)
+            if undecided:
+                log.warning("%d placement decisions were unfinished when the service last stopped; marked failed",
+                            undecided)
             pool = WorkerPool(settings.workers, settings.queue_size, limits, log_format=settings.log_format)
             pool.start()
             metrics.watch_pool(pool.stats)
@@ -83,9 +88,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         resolver = Resolver(db, settings, registry, costmodels, zoo)
         planning = Planning(db, pool, registry, resolver, metrics, settings.sync_wait, settings.retry_after,
                             settings.idempotency_ttl, queue)
+        # Placement decisions run in the solver pool; with the durable queue the server has none, and
+        # they run in its predict pool (a decision is bounded by its deployments' solver limits).
+        placement = Placement(db, registry, costmodels, pool or predictors, settings.job_grace,
+                              settings.capture_timeout)
         app.state.services = Services(settings, db, pool, registry, costmodels, zoo, planning,
                                       TokenChecker(db, settings.token_cache_ttl),
-                                      metrics, predictors, queue)
+                                      metrics, predictors, queue, placement)
         if queue is not None:
             log.info("pipeplan service: %s database, jobs in its durable queue, reads %s", db.backend,
                      settings.read_auth)
@@ -95,6 +104,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         try:
             yield
         finally:
+            placement.close()
             if pool is not None:
                 pool.close()
             predictors.close()
@@ -104,12 +114,15 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                   openapi_tags=[{"name": "plans", "description": "make, read and compare plans"},
                                 {"name": "jobs", "description": "solves running in the worker pool"},
                                 {"name": "clusters", "description": "the cluster registry and device loads"},
+                                {"name": "deployments", "description": "jobs placed on a registered cluster, "
+                                                                       "re-planned as loads change"},
                                 {"name": "models", "description": "the model zoo"},
                                 {"name": "costmodel", "description": "per-layer time predictions"},
                                 {"name": "service", "description": "health and metrics"}])
     install_handlers(app)
-    for module in (plans, jobs, clusters, models, costmodel, health):
+    for module in (plans, jobs, clusters, deployments, models, costmodel, health):
         app.include_router(module.router)
+    app.include_router(deployments.clusters)
     # The last added runs first: request ID, tracing, CORS, metrics, lost database connections, rate limit,
     # token, body size, the routes.
     app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_body_bytes, body_timeout=settings.body_timeout)

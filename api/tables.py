@@ -15,8 +15,8 @@ from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
 
-__all__ = ["ACTIVE", "Base", "ClusterRow", "GraphRow", "IdempotencyRow", "JobRow", "PlanRow", "ReservationRow",
-           "TokenRow", "utcnow"]
+__all__ = ["ACTIVE", "Base", "ClusterRow", "DecisionEntryRow", "DecisionRow", "DeploymentRow", "GraphRow",
+           "IdempotencyRow", "JobRow", "PlanRow", "ReservationRow", "TokenRow", "utcnow"]
 
 
 # A job in one of these states holds its request key: at most one such job per key (ux_jobs_active_key).
@@ -203,3 +203,66 @@ class RateBucketRow(Base):
     level: Mapped[float] = mapped_column(Float)
     at: Mapped[float] = mapped_column(Float)
     granted: Mapped[bool] = mapped_column(Boolean, default=True)
+
+
+class DeploymentRow(Base):
+    """A long-running job the service places on a registered cluster: placing → serving → stopped, or
+    failed.  Its current plan is a stored plan (``plan_id``) that holds its reservation on the cluster;
+    ``version`` counts the plans it has had; ``bottleneck`` and ``throughput`` are its predicted figures
+    under the cluster's loads as of the last decision.  No foreign key on ``cluster``: the history of a
+    deployment outlives the cluster (deleting a cluster is refused while a serving one holds load)."""
+
+    __tablename__ = "deployments"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(128), index=True)
+    status: Mapped[str] = mapped_column(String(16), index=True)
+    model: Mapped[str] = mapped_column(String(256))
+    request: Mapped[str] = mapped_column(Text)  # the create body (a graph by its digest), canonical JSON
+    graph_digest: Mapped[str | None] = mapped_column(String(64), nullable=True)  # None: a zoo model not captured yet
+    zoo_key: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    costmodel: Mapped[str] = mapped_column(String(256))
+    horizon: Mapped[str] = mapped_column(String(64))
+    plan_id: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    version: Mapped[int] = mapped_column(Integer, default=0)
+    bottleneck: Mapped[float | None] = mapped_column(Float, nullable=True)
+    throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    last_decision: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    updated_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
+    stopped_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class DecisionRow(Base):
+    """One placement decision on a cluster: what triggered it (``place``, ``stop``, ``load``), and,
+    once made (``pending`` → ``done`` or ``failed``), its record (``doc``, JSON): each deployment's
+    action and predicted figures before and after, migrations, the cluster's total throughput."""
+
+    __tablename__ = "decisions"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    cluster: Mapped[str] = mapped_column(String(128), index=True)
+    trigger: Mapped[str] = mapped_column(String(16))
+    deployment_id: Mapped[str | None] = mapped_column(String(32), nullable=True, index=True)  # the trigger's
+    status: Mapped[str] = mapped_column(String(16))
+    request: Mapped[str] = mapped_column(Text)  # the trigger's details (JSON)
+    doc: Mapped[str | None] = mapped_column(Text, nullable=True)
+    error: Mapped[str | None] = mapped_column(Text, nullable=True)
+    owner: Mapped[str | None] = mapped_column(String(128), nullable=True)  # who triggered it
+    created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)
+    finished_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
+
+
+class DecisionEntryRow(Base):
+    """A deployment a decision acted on (``placed``, ``replanned``, ``kept``, ``declined``, ``stopped``):
+    what lists a deployment's decisions."""
+
+    __tablename__ = "decision_entries"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    decision_id: Mapped[str] = mapped_column(String(32), ForeignKey("decisions.id", ondelete="CASCADE"), index=True)
+    deployment_id: Mapped[str] = mapped_column(String(32), index=True)
+    action: Mapped[str] = mapped_column(String(16))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 if TYPE_CHECKING:
     from pipeplan.api.payloads import PlanPayload, PredictPayload
+    from pipeplan.api.placement.payload import PlacePayload
 
 __all__ = ["Limits", "Outcome", "PoolStats", "QueueFull", "Reply", "Task", "resident_bytes"]
 
@@ -37,8 +38,8 @@ class Reply(NamedTuple):
 @dataclass
 class Task:
     id: str
-    kind: str  # what pipeplan.api.worker.run does: plan, compare, predict
-    payload: PlanPayload | PredictPayload  # PlanPayload for plan and compare
+    kind: str  # what pipeplan.api.worker.run does: plan, compare, predict, place
+    payload: PlanPayload | PredictPayload | PlacePayload  # PlanPayload for plan and compare
     timeout: float  # seconds a worker may spend on it before it is killed
     timeout_note: str = ""  # what the time limit is made of, for the Timeout message
     on_start: Callable[[Task, int], None] | None = None  # (task, worker pid)

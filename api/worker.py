@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from pipeplan.api.keys import canonical, digest_of, finite
 from pipeplan.api.logs import request_id
 from pipeplan.api.payloads import PlanPayload, PredictPayload
+from pipeplan.api.placement.payload import PlacePayload
 from pipeplan.api.tasks import Outcome, Reply
 from pipeplan.errors import UserError
 
@@ -141,12 +142,16 @@ def _peak_resident() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
 
-def run(kind: str, payload: PlanPayload | PredictPayload) -> Any:
+def run(kind: str, payload: PlanPayload | PredictPayload | PlacePayload) -> Any:
     """Do one task; see the module docstring for what each kind returns."""
     if kind in ("plan", "compare") and isinstance(payload, PlanPayload):
         return _plan(payload) if kind == "plan" else _compare(payload)
     if kind == "predict" and isinstance(payload, PredictPayload):
         return _predict(payload)
+    if kind == "place" and isinstance(payload, PlacePayload):
+        from pipeplan.api.placement.decide import decide
+
+        return decide(payload)
     raise ValueError(f"no {kind!r} task takes a {type(payload).__name__}")  # the server's bug: a 500
 
 
@@ -209,13 +214,13 @@ def _plan(payload: PlanPayload) -> dict[str, Any]:
 def _compare(payload: PlanPayload) -> dict[str, Any]:
     from pipeplan.planner.compare import compare
 
+    if payload.harvest is not None:  # the schema offers harvest on plan requests only
+        raise ValueError("a compare job was given harvesting options")
     problem, solver, stored = _problem(payload)
     comp = compare(problem, solver)
     for plan in comp.plans.values():
         plan.costmodel = payload.costmodel_name
     ilp = comp.plans["ilp"].objective_value
-    if payload.harvest is not None:  # the schema offers harvest on plan requests only
-        raise ValueError("a compare job was given harvesting options")
     rows = [{"method": name, "plan": finite(plan.to_dict()),
              "objective_vs_ilp": finite(plan.objective_value / ilp) if ilp else None,
              "bottleneck_vs_bound": finite(plan.bottleneck / comp.lower_bound) if comp.lower_bound else None}
