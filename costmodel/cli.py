@@ -169,6 +169,34 @@ def cmd_report(args: argparse.Namespace) -> None:
         print(f"wrote {out / 'report.md'}")
 
 
+def cmd_probe(args: argparse.Namespace) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeplan.costmodel.probe import default_path, run_probe
+    from pipeplan.costmodel.registry import SHIPPED_NAMES, load_cost_model
+
+    console = Console()
+    names = args.base.split(",") if args.base else list(SHIPPED_NAMES)
+    bases = [load_cost_model(n) for n in names]
+    started = time.monotonic()
+    with console.status("probing") as status:
+        probe = run_probe(bases, args.cores, args.per_kind, progress=lambda c: status.update(f"probing {c}"))
+    path = probe.save(Path(args.out) if args.out else default_path())
+    table = Table(title=f"{probe.cpu}: measured ÷ predicted alone, per layer kind (geometric mean)")
+    table.add_column("kind")
+    for n in names:
+        table.add_column(n + (" (chosen)" if n == probe.base else ""), justify="right")
+    for kind in sorted({p.kind for p in probe.points}):
+        table.add_row(kind, *(f"{probe.factors[n].get(kind, float('nan')):.2f}" for n in names))
+    table.add_row("spread (log10 RMS)", *(f"{probe.spread[n]:.3f}" for n in names))
+    console.print(table)
+    console.print(f"{len(probe.points)} layers probed on core(s) {probe.cores} in {time.monotonic() - started:.0f} s; "
+                  f"written to {path}. `learned` on this CPU now predicts with probed:{probe.base}.")
+
+
 def register(sub: Any) -> None:
     """Add ``profile`` and ``costmodel`` to the ``pipeplan`` subparsers ``sub``."""
     p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
@@ -215,3 +243,14 @@ def register(sub: Any) -> None:
     r.add_argument("model", metavar="MODEL", help="a model file, or 'learned' for the shipped CPU model")
     r.add_argument("--out", metavar="DIR", help="write report.md and the PNGs here")
     r.set_defaults(func=cmd_report)
+    pr = cm.add_parser("probe", help="a CPU no model was profiled on, in about a minute: scale a shipped model to it",
+                       description="Time a few layers of every kind alone on one idle core and fit each shipped "
+                       "model's per-kind factors to them; `learned` (and `probed`) then use the best-fitting "
+                       "model scaled by them on this CPU (pipeplan.costmodel.probe).")
+    pr.add_argument("--base", metavar="M,M", help="cost models to fit (default: every shipped learned model)")
+    pr.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[0], metavar="C",
+                    help="the core to time on (default 0; keep it idle)")
+    pr.add_argument("--per-kind", type=int, default=4, metavar="N", help="layers per kind (4)")
+    pr.add_argument("--out", metavar="PROBE.json", help="where to write it (default: this CPU's probe in the user "
+                    "data directory, or $PIPEPLAN_PROBE_DIR)")
+    pr.set_defaults(func=cmd_probe)

@@ -175,20 +175,24 @@ class LearnedCostModel(CostModel):
     def layer_time(self, layer: Layer, device: Device, load: Contention | None = None) -> float:
         return self.layer_times([layer], device, load)[0]
 
-    def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None) -> list[float]:
+    def layer_times(self, layers: Sequence[Layer], device: Device, load: Contention | None = None, *,
+                    check_cpu: bool = True) -> list[float]:
         """Every layer in one batch: a whole graph costs one call of each estimator, not one per layer.
 
         A layer with ``parts`` (a block) costs the sum of its leaf layers' predictions: the model was
         fitted on leaf layers, and a block's totals describe none (on the zoo's tinygpt, by blocks,
-        the whole model came out at 47% of its leaf-by-leaf prediction)."""
+        the whole model came out at 47% of its leaf-by-leaf prediction).  ``check_cpu=False`` skips
+        the warning that this machine's CPU is not the profiled one (a probed model scales for it)."""
         load = load if load is not None else device.load
         if not layers:
             return []
         if any(la.parts for la in layers):
-            leaves = iter(self.layer_times([p for la in layers for p in (la.parts or [la])], device, load))
+            leaves = iter(self.layer_times([p for la in layers for p in (la.parts or [la])], device, load,
+                                           check_cpu=check_cpu))
             return [sum(next(leaves) for _ in (la.parts or [la])) for la in layers]
         if device.type in self.reference_devices:
-            self._check_same_cpu(device)
+            if check_cpu:
+                self._check_same_cpu(device)
             figures = self.reference_devices[device.type]
             times = self.predict_rows([self._row(la, device.type, figures, load) for la in layers])
             if self.in_model is not None:  # the layers of a graph run inside a pass: correct the sweep
@@ -203,6 +207,16 @@ class LearnedCostModel(CostModel):
         loaded = self.predict_rows([self._row(la, device_type, figures, load) for la in layers])
         unloaded = self.predict_rows([self._row(la, device_type, figures, Contention()) for la in layers])
         return [t * max(1.0, float(a / b)) for t, a, b in zip(idle, loaded, unloaded, strict=True)]
+
+    def isolated_times(self, layers: Sequence[Layer], device: Device) -> list[float]:
+        """Idle seconds of ``layers`` each timed alone, as the profile's sweep timed them: the main
+        estimator without the in-model correction (:mod:`pipeplan.costmodel.probe` compares a new
+        CPU's measurements with these)."""
+        device_type = device.type if device.type in self.reference_devices else next(iter(self.reference_devices))
+        figures = self.reference_devices[device_type]
+        leaves = [p for la in layers for p in (la.parts or [la])]
+        times = iter(self.predict_rows([self._row(la, device_type, figures, Contention()) for la in leaves]).tolist())
+        return [sum(next(times) for _ in (la.parts or [la])) for la in layers]
 
     def _check_same_cpu(self, device: Device) -> None:
         """Warn, once per model, when a CPU device of the profiled type is predicted on a machine

@@ -9,6 +9,9 @@
   fitted on an H100 (:mod:`pipeplan.costmodel.gpu`);
 - ``"gpu"``: the best GPU model shipped: ``learned-h100`` once a GPU profile and its model exist
   (``GPU_LEARNED``), ``analytic-gpu`` until then;
+- ``"probed"`` / ``"probed:BASE"``: a shipped model scaled per layer kind to this CPU by a probe of
+  it (``pipeplan costmodel probe``, :mod:`pipeplan.costmodel.probe`); ``learned`` uses it on a CPU
+  with no model of its own once the probe exists;
 - ``"table:FILE"``: seconds per layer and device type (or id) from any profiler, CSV or JSON
   (:mod:`pipeplan.costmodel.table`);
 - anything else: the path of a model file written by ``pipeplan costmodel train``.
@@ -71,6 +74,14 @@ def shipped_for(cpu: str | None = None) -> Shipped:
     return next((s for s in SHIPPED if (s.cpu == cpu if cpu is not None else same_cpu(s.cpu))), SHIPPED[0])
 
 
+def _probed_here() -> bool:
+    """Whether this machine's CPU has no shipped model but has been probed."""
+    from pipeplan.costmodel.hardware import same_cpu
+    from pipeplan.costmodel.probe import default_path
+
+    return not any(same_cpu(s.cpu) for s in SHIPPED) and default_path().is_file()
+
+
 def resolve_model_path(spec: str) -> Path:
     """The file a learned-model spec names (``"learned"``: the shipped one for this CPU)."""
     shipped = shipped_for() if spec == "learned" else SHIPPED_NAMES.get(spec)
@@ -124,6 +135,12 @@ def load_cost_model(spec: str = "analytic") -> CostModel:
         from pipeplan.costmodel.calibration import CalibratedCostModel
 
         return CalibratedCostModel(load_cost_model(spec.removeprefix("calibrated:")))
+    if spec == "probed" or spec.startswith("probed:") or (spec == "learned" and _probed_here()):
+        from pipeplan.costmodel.probe import ProbedCostModel, load_probe
+
+        probe = load_probe()
+        base = spec.removeprefix("probed").removeprefix(":") if spec != "learned" else ""
+        return ProbedCostModel(load_cost_model(base or probe.base), probe)
     if spec.startswith("table:"):  # any profiler's seconds per layer and device type (pipeplan.costmodel.table)
         from pipeplan.costmodel.table import load_table
 

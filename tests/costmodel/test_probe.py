@@ -1,0 +1,91 @@
+"""A probe of this CPU: real layers timed here, shipped models scaled per kind to them."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Device, same_cpu
+from pipeplan.costmodel.probe import NEAREST, Probe, ProbedCostModel, ProbeError, default_path, fit, load_probe, measure
+from pipeplan.costmodel.registry import SHIPPED, load_cost_model
+from pipeplan.costmodel.zoo import capture_model
+
+
+@pytest.fixture(scope="module")
+def measured() -> tuple[list[tuple[str, Layer, float]], Device]:
+    return measure(cores=[0], per_kind=1, window=0.005, repeats=2)
+
+
+@pytest.fixture(scope="module")
+def probe(measured: tuple[list[tuple[str, Layer, float]], Device]) -> Probe:
+    return fit(*measured, [load_cost_model("learned-xeon"), load_cost_model("analytic")])
+
+
+def test_each_kinds_factor_is_the_geometric_mean_of_measured_over_predicted(probe: Probe) -> None:
+    assert {p.kind for p in probe.points} >= {"linear", "conv", "layernorm", "attention", "embedding"}
+    for spec in ("learned-xeon", "analytic"):
+        for kind, factor in probe.factors[spec].items():
+            ratios = [math.log10(p.seconds / p.predicted[spec]) for p in probe.points if p.kind == kind]
+            assert factor == pytest.approx(10 ** (sum(ratios) / len(ratios)), rel=1e-12)
+    assert probe.base == min(probe.spread, key=probe.spread.__getitem__)
+    assert all(p.seconds > 0 for p in probe.points)
+
+
+def test_the_probed_model_is_its_base_times_each_layers_kind_factor(probe: Probe) -> None:
+    base = load_cost_model("learned-xeon")
+    probed = ProbedCostModel(base, probe)
+    graph = capture_model("tinygpt", 2)
+    device = Device(id="c", type="cpu-core", memory="8GiB", peak_flops="100GFLOPS", mem_bandwidth="15GB/s", cores=[0])
+    plain, scaled = base.layer_times(graph.layers, device), probed.layer_times(graph.layers, device)
+    kinds = probe.factors["learned-xeon"]
+    for layer, t0, t1 in zip(graph.layers, plain, scaled, strict=True):
+        if layer.kind in kinds:
+            assert t1 == pytest.approx(t0 * kinds[layer.kind], rel=1e-9), layer.name
+        else:  # a kind never probed (elementwise glue): the nearest probed intensities' factor
+            x = math.log10(max(layer.flops / (layer.bytes_read + layer.bytes_written), 1e-6))
+            logs = sorted((math.log10(max(p.intensity, 1e-6)), math.log10(p.seconds / p.predicted["learned-xeon"]))
+                          for p in probe.points)  # ties in distance go to the lower intensity, then factor
+            nearest = sorted(logs, key=lambda q: abs(q[0] - x))[:NEAREST]
+            expected = 10 ** (sum(y for _, y in nearest) / len(nearest))
+            assert t1 == pytest.approx(t0 * expected, rel=1e-9), layer.name
+    # by blocks, each leaf is scaled by its own kind: the block sums equal the leaf sums
+    blocks = capture_model("tinygpt", 2, granularity="block")
+    assert sum(probed.layer_times(blocks.layers, device)) == pytest.approx(sum(scaled), rel=1e-6)
+    assert probed.spec == "probed:learned-xeon" and probed.digest == base.digest
+
+
+def test_a_probe_is_saved_and_read_back_and_named_by_the_registry(probe: Probe, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPEPLAN_PROBE_DIR", str(tmp_path))
+    with pytest.raises(ProbeError, match=r"has not been probed.*pipeplan costmodel probe"):
+        load_cost_model("probed")
+    probe.save(default_path())
+    again = load_probe()
+    assert again.factors == probe.factors and again.base == probe.base and len(again.points) == len(probe.points)
+    model = load_cost_model("probed:learned-xeon")
+    assert isinstance(model, ProbedCostModel) and model.factors == probe.factors["learned-xeon"]
+    assert load_cost_model("probed").spec == f"probed:{probe.base}"
+    learned = load_cost_model("learned")
+    if any(same_cpu(s.cpu) for s in SHIPPED):  # this CPU has its own model: the probe is not needed
+        assert not isinstance(learned, ProbedCostModel)
+    else:  # a CPU with no model of its own: `learned` is the probed one
+        assert isinstance(learned, ProbedCostModel) and learned.spec == f"probed:{probe.base}"
+    with pytest.raises(ProbeError, match="no factors for cost model"):
+        ProbedCostModel(load_cost_model("learned-epyc"), probe)
+    default_path().write_text("{\"format\": \"something else\"}")
+    with pytest.raises(ProbeError, match="not a CPU probe"):
+        load_probe()
+
+
+def test_the_probe_command_writes_the_probe_and_prints_the_factors(tmp_path: Path) -> None:
+    from tests.cli_run import run
+
+    out = tmp_path / "probe.json"
+    result = run("costmodel", "probe", "--per-kind", "1", "--base", "learned-xeon,analytic", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "linear" in result.stdout and "spread" in result.stdout
+    probe = load_probe(out)
+    assert set(probe.factors) == {"learned-xeon", "analytic"} and probe.base in probe.factors
