@@ -9,6 +9,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from pipeplan.errors import UsageError, user_input
+
 __all__ = ["USER_ERRORS", "register"]
 
 DEFAULT_MODELS = ("gpt2", "bert-base", "vit-base", "resnet-50", "convnext-tiny")
@@ -21,8 +23,8 @@ def _user_errors() -> tuple[type[Exception], ...]:
     return (CoRunnerError,)
 
 
-# Exceptions that mean "the user asked for something wrong": printed as one line, exit status 2.
-# (ModelFileError and dataset errors are ValueErrors, which the CLI already reports that way.)
+# Failures the CLI prints as one line, exit status 2, besides the UserErrors (ModelFileError, and the
+# plain ValueErrors of reading a dataset or an option, which these commands turn into UsageErrors).
 USER_ERRORS: tuple[type[Exception], ...] = _user_errors()
 
 
@@ -44,11 +46,12 @@ def _targets(layers: str, per_kind: int, gpu: int | None) -> list[Any]:
         elif item.startswith("model:"):
             models.append(item.removeprefix("model:"))
         elif ":" in item:
-            specs.append(parse_spec(item))
+            with user_input(f"--layers {item!r}"):
+                specs.append(parse_spec(item))
         elif item in KINDS:
             kinds.append(item)
         else:
-            raise ValueError(f"--layers {item!r}: give 'sweep', a layer type ({', '.join(KINDS)}), "
+            raise UsageError(f"--layers {item!r}: give 'sweep', a layer type ({', '.join(KINDS)}), "
                              "model:NAME or a shape such as linear:m=64,k=768,n=768")
     if kinds:
         specs += default_sweep(per_kind, kinds)
@@ -65,13 +68,14 @@ def cmd_profile(args: argparse.Namespace) -> None:
     console = Console(stderr=True)
     out = Path(args.out)
     if out.exists() and not args.append:
-        raise ValueError(f"{out} exists: pass --append to add rows to it, or choose another --out")
-    settings = ProfileSettings(
-        levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,
-        repeats=args.repeats, window=args.window_ms / 1000.0, loaded_window=args.loaded_window_ms / 1000.0,
-        gpu=args.gpu,
-        budget=args.budget_minutes * 60.0 if args.budget_minutes else None,
-        device_type=args.device_type)
+        raise UsageError(f"{out} exists: pass --append to add rows to it, or choose another --out")
+    with user_input("profile options"):
+        settings = ProfileSettings(
+            levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,
+            repeats=args.repeats, window=args.window_ms / 1000.0, loaded_window=args.loaded_window_ms / 1000.0,
+            gpu=args.gpu,
+            budget=args.budget_minutes * 60.0 if args.budget_minutes else None,
+            device_type=args.device_type)
     console.print("building and capturing the layers to profile …")
     targets = _targets(args.layers, args.per_kind, args.gpu)
     device = measure_device(settings)
@@ -99,8 +103,9 @@ def cmd_train(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.learned import LearnedCostModel
 
     console = Console()
-    rows = read_dataset(args.data)
-    in_model_rows = read_dataset(args.in_model) if args.in_model else []
+    with user_input(""):  # its messages name the file and the line
+        rows = read_dataset(args.data)
+        in_model_rows = read_dataset(args.in_model) if args.in_model else []
     first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
                   f"configurations ({first}a few minutes for the shipped profiles)")
@@ -157,7 +162,9 @@ def cmd_report(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.registry import resolve_model_path
     from pipeplan.costmodel.report import markdown_report, write_plots
 
-    model = LearnedCostModel.load(resolve_model_path(args.model))
+    with user_input(""):  # no such model file
+        path = resolve_model_path(args.model)
+    model = LearnedCostModel.load(path)
     text = markdown_report(model)
     Console().print(Markdown(text))
     if args.out:
@@ -183,9 +190,10 @@ def cmd_probe(args: argparse.Namespace) -> None:
     bases = [load_cost_model(n) for n in names]
     started = time.monotonic()
     with console.status("probing") as status:
-        probe = run_probe(bases, args.cores, args.per_kind, progress=lambda c: status.update(f"probing {c}"))
+        probe = run_probe(bases, args.cores, args.seconds, args.models.split(","),
+                          progress=lambda c: status.update(f"probing: timing {c} in real passes"))
     path = probe.save(Path(args.out) if args.out else default_path())
-    table = Table(title=f"{probe.cpu}: measured ÷ predicted alone, per layer kind (geometric mean)")
+    table = Table(title=f"{probe.cpu}: measured ÷ predicted inside real passes, per layer kind (Σ ÷ Σ)")
     table.add_column("kind")
     for n in names:
         table.add_column(n + (" (chosen)" if n == probe.base else ""), justify="right")
@@ -193,12 +201,14 @@ def cmd_probe(args: argparse.Namespace) -> None:
         table.add_row(kind, *(f"{probe.factors[n].get(kind, float('nan')):.2f}" for n in names))
     table.add_row("spread (log10 RMS)", *(f"{probe.spread[n]:.3f}" for n in names))
     console.print(table)
-    console.print(f"{len(probe.points)} layers probed on core(s) {probe.cores} in {time.monotonic() - started:.0f} s; "
+    console.print(f"{len(probe.points)} layers timed on core(s) {probe.cores} in {time.monotonic() - started:.0f} s; "
                   f"written to {path}. `learned` on this CPU now predicts with probed:{probe.base}.")
 
 
 def register(sub: Any) -> None:
     """Add ``profile`` and ``costmodel`` to the ``pipeplan`` subparsers ``sub``."""
+    from pipeplan.costmodel.probe import PROBE_MODELS
+
     p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
                        description="Time layers on this machine's CPU cores (or a GPU) while real "
                        "co-runner processes contend for them, one row per layer and contention level.")
@@ -244,13 +254,17 @@ def register(sub: Any) -> None:
     r.add_argument("--out", metavar="DIR", help="write report.md and the PNGs here")
     r.set_defaults(func=cmd_report)
     pr = cm.add_parser("probe", help="a CPU no model was profiled on, in about a minute: scale a shipped model to it",
-                       description="Time a few layers of every kind alone on one idle core and fit each shipped "
-                       "model's per-kind factors to them; `learned` (and `probed`) then use the best-fitting "
-                       "model scaled by them on this CPU (pipeplan.costmodel.probe).")
+                       description="Time every layer of four small tuning-set models inside real passes on "
+                       "one idle core and fit each shipped model's per-kind factors to them; `learned` (and "
+                       "`probed`) then use the best-fitting model scaled by them on this CPU "
+                       "(pipeplan.costmodel.probe).")
     pr.add_argument("--base", metavar="M,M", help="cost models to fit (default: every shipped learned model)")
     pr.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[0], metavar="C",
                     help="the core to time on (default 0; keep it idle)")
-    pr.add_argument("--per-kind", type=int, default=4, metavar="N", help="layers per kind (4)")
+    pr.add_argument("--models", default=",".join(PROBE_MODELS), metavar="M,M",
+                    help=f"tuning-set models to time (default {','.join(PROBE_MODELS)})")
+    pr.add_argument("--seconds", type=float, default=1.0, metavar="S",
+                    help="seconds of timed passes per probe model (1)")
     pr.add_argument("--out", metavar="PROBE.json", help="where to write it (default: this CPU's probe in the user "
                     "data directory, or $PIPEPLAN_PROBE_DIR)")
     pr.set_defaults(func=cmd_probe)

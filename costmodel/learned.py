@@ -208,16 +208,6 @@ class LearnedCostModel(CostModel):
         unloaded = self.predict_rows([self._row(la, device_type, figures, Contention()) for la in layers])
         return [t * max(1.0, float(a / b)) for t, a, b in zip(idle, loaded, unloaded, strict=True)]
 
-    def isolated_times(self, layers: Sequence[Layer], device: Device) -> list[float]:
-        """Idle seconds of ``layers`` each timed alone, as the profile's sweep timed them: the main
-        estimator without the in-model correction (:mod:`pipeplan.costmodel.probe` compares a new
-        CPU's measurements with these)."""
-        device_type = device.type if device.type in self.reference_devices else next(iter(self.reference_devices))
-        figures = self.reference_devices[device_type]
-        leaves = [p for la in layers for p in (la.parts or [la])]
-        times = iter(self.predict_rows([self._row(la, device_type, figures, Contention()) for la in leaves]).tolist())
-        return [sum(next(times) for _ in (la.parts or [la])) for la in layers]
-
     def _check_same_cpu(self, device: Device) -> None:
         """Warn, once per model, when a CPU device of the profiled type is predicted on a machine
         whose CPU is not the one profiled: its times are that CPU's (models made on one of the

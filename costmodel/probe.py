@@ -1,23 +1,24 @@
 """A CPU no model was profiled on, in seconds instead of 45 minutes: probe it, scale a shipped model.
 
 A learned CPU model describes the CPU it was profiled on; on another CPU its times are off by a
-factor that depends on the kind of layer (on a Zen 3 EPYC, the Zen 4's model put matmuls 1.5× and
-activations 2.5× too fast).  Profiling a new CPU takes about 45 minutes of one core
-(``pipeplan profile``, the tuning set, ``pipeplan costmodel train``).  A **probe** takes seconds:
+factor that depends on the kind of layer.  Profiling a new CPU takes about 45 minutes of one core
+(``pipeplan profile``, the tuning set, ``pipeplan costmodel train``).  A **probe** takes about a
+minute:
 
-1. time a few layers of every sweep kind (``linear``, ``conv2d``, ``attention``, ``layernorm``,
-   ``gelu``, …, shapes from :func:`pipeplan.costmodel.layerspecs.default_sweep`) alone on one idle core,
-   as the profiler times them;
-2. for each shipped model, predict the same layers as *it* would have measured them alone (the
-   sweep estimator, before its in-model correction), and take per layer kind the geometric mean of
-   measured ÷ predicted: that kind's **factor**;
-3. keep the base whose shape dependence matches this CPU best: the smallest spread of the log
-   ratios around their kind's factor.
+1. time every layer of a few small models of the tuning set (a decoder, a vision transformer, a
+   ResNet, an EfficientNet: :data:`PROBE_MODELS`) *inside real forward passes* on one idle core,
+   as ``pipeplan profile MODEL`` does — where the planner's predictions are used, glue included;
+2. for each shipped model, predict the same layers as it predicts a graph's layers, and take per
+   layer kind the ratio of the sums, measured ÷ predicted (time-weighted, as whole-model sums
+   are): that kind's **factor**;
+3. keep the base whose per-layer ratios scatter least around their kind's factor (the RMS of the
+   log residuals, each layer weighted by its measured time).
 
-:class:`ProbedCostModel` then predicts like its base — in-model correction and contention handling
-included, since those are ratios that carry across CPUs better than absolute times — times the
-factor of each layer's kind.  A kind the probe has no layer of takes the geometric mean of the
-probed layers nearest in arithmetic intensity (FLOPs per byte), the roofline's own axis.
+:class:`ProbedCostModel` then predicts like its base — contention handling included, a ratio that
+carries across CPUs better than absolute times — times the factor of each layer's kind.  A kind
+the probe has no layer of takes the geometric mean of the probed layers nearest in arithmetic
+intensity (FLOPs per byte), the roofline's own axis.  The probe models come from the tuning set,
+never from the evaluation set the targets are measured on (``benchmarks/model_profile.py``).
 
 The probe is stored per CPU (``$PIPEPLAN_PROBE_DIR`` or ``probes/`` in the user data directory);
 ``learned`` uses it on a CPU without a shipped model, ``probed:BASE`` names one explicitly, and
@@ -44,8 +45,8 @@ from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.errors import UserError
 
-__all__ = ["FORMAT", "NEAREST", "Probe", "ProbeError", "ProbedCostModel", "default_path", "fit", "load_probe",
-           "measure", "run_probe"]
+__all__ = ["FORMAT", "NEAREST", "PROBE_MODELS", "Probe", "ProbeError", "ProbedCostModel", "default_path", "fit",
+           "load_probe", "measure", "run_probe"]
 
 log = logging.getLogger(__name__)
 
@@ -116,32 +117,36 @@ class Probe:
         return path
 
 
-def _isolated(base: CostModel, layers: Sequence[Layer], device: Device) -> list[float]:
-    """``base``'s times for ``layers`` each timed alone (a learned model's sweep estimator, before
-    its in-model correction; any other model's own times)."""
-    from pipeplan.costmodel.learned import LearnedCostModel
-
-    if isinstance(base, LearnedCostModel):
-        return base.isolated_times(layers, device)
-    return base.layer_times(layers, device, Contention())
+PROBE_MODELS = ("opt", "deit", "resnet", "efficientnet")  # tuning-set factories (pipeplan.costmodel.tuning_set)
 
 
-def measure(cores: Sequence[int] = (0,), per_kind: int = 4, window: float = 0.02, repeats: int = 3,
-            progress: Callable[[str], None] | None = None) -> tuple[list[tuple[str, Layer, float]], Device]:
-    """Time ``per_kind`` sweep layers of every kind alone on ``cores`` (one thread), idle."""
-    from pipeplan.costmodel.layerspecs import default_sweep
-    from pipeplan.costmodel.profile import ProfileSettings, measure_device, pinned, targets_from_specs, time_call
+def measure(cores: Sequence[int] = (0,), seconds: float = 1.0, models: Sequence[str] = PROBE_MODELS,
+            progress: Callable[[str], None] | None = None) -> list[tuple[str, Layer, float]]:
+    """Every layer of each of ``models`` timed inside real forward passes on ``cores`` (one thread, idle)."""
+    import torch
 
-    settings = ProfileSettings(cores=list(cores), threads=1)
-    device = measure_device(settings)
-    targets = targets_from_specs(default_sweep(per_kind=per_kind, seed=7))
+    from pipeplan.costmodel import tuning_set
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.executor.profile_model import ModelProfileSettings, profile_built
+
+    unknown = [m for m in models if m not in tuning_set.__dict__ or m.startswith("_")]
+    if unknown or not models:
+        raise ProbeError(f"probe models {unknown or 'none'}: choose tuning-set factories such as "
+                         f"{', '.join(PROBE_MODELS)} (pipeplan.costmodel.tuning_set)")
     out = []
-    with pinned(list(cores), 1):
-        for target in targets:
-            if progress:
-                progress(target.config)
-            out.append((target.config, target.layer, time_call(target.run, window, repeats)[0]))
-    return out, device
+    settings = ModelProfileSettings(cores=list(cores), seconds_per_level=seconds, min_passes=5)
+    for name in models:
+        if progress:
+            progress(name)
+        torch.manual_seed(0)
+        model, args = getattr(tuning_set, name)()
+        model.eval()
+        captured = capture_program(model, args, name=name)
+        table = profile_built(model, args, name=name, settings=settings, captured=captured)
+        by_name = {la.name: la for la in captured.graph.layers}
+        out += [(f"{name}/{la.name}", by_name[la.name], t) for la, t in zip(table.layers, table.levels[0].layer_s,
+                                                                          strict=True) if t > 0]
+    return out
 
 
 def fit(measured: Sequence[tuple[str, Layer, float]], device: Device, bases: Sequence[CostModel],
@@ -150,29 +155,45 @@ def fit(measured: Sequence[tuple[str, Layer, float]], device: Device, bases: Seq
     if not measured:
         raise ProbeError("a probe needs at least one measured layer")
     layers = [layer for _, layer, _ in measured]
-    predicted = {b.spec or b.name: _isolated(b, layers, device) for b in bases}
+    predicted = {b.spec or b.name: _quiet_times(b, layers, device) for b in bases}
     points = [ProbePoint(config, layer.kind, layer.flops / max(1, layer.bytes_read + layer.bytes_written), seconds,
                          {spec: times[i] for spec, times in predicted.items()})
               for i, (config, layer, seconds) in enumerate(measured)]
     probe = Probe(cpu=cpu_model(), measured_at=datetime.now(UTC).isoformat(timespec="seconds"), cores=list(cores),
                   seconds_taken=seconds_taken, points=points)
     for spec in predicted:
-        logs: dict[str, list[float]] = defaultdict(list)
+        sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
         for p in points:
-            if p.seconds > 0 and p.predicted[spec] > 0:
-                logs[p.kind].append(math.log10(p.seconds / p.predicted[spec]))
-        probe.factors[spec] = {kind: 10 ** (sum(v) / len(v)) for kind, v in sorted(logs.items())}
-        residuals = [x - math.log10(probe.factors[spec][kind]) for kind, v in logs.items() for x in v]
-        probe.spread[spec] = math.sqrt(sum(r * r for r in residuals) / len(residuals)) if residuals else math.inf
+            if p.predicted[spec] > 0:
+                sums[p.kind][0] += p.seconds
+                sums[p.kind][1] += p.predicted[spec]
+        probe.factors[spec] = {kind: m / q for kind, (m, q) in sorted(sums.items())}
+        weighted = [(p.seconds, math.log10(p.seconds / p.predicted[spec] / probe.factors[spec][p.kind]))
+                    for p in points if p.predicted[spec] > 0]
+        total = sum(w for w, _ in weighted)
+        probe.spread[spec] = math.sqrt(sum(w * r * r for w, r in weighted) / total) if total > 0 else math.inf
     probe.base = min(probe.spread, key=lambda s: probe.spread[s])
     return probe
 
 
-def run_probe(bases: Sequence[CostModel], cores: Sequence[int] = (0,), per_kind: int = 4,
-              progress: Callable[[str], None] | None = None) -> Probe:
+def _quiet_times(base: CostModel, layers: Sequence[Layer], device: Device) -> list[float]:
+    """``base``'s idle times for ``layers`` on ``device``, without the warning that this CPU is not
+    the one it was profiled on (the probe is what answers it)."""
+    from pipeplan.costmodel.learned import LearnedCostModel
+
+    if isinstance(base, LearnedCostModel):
+        return base.layer_times(layers, device, Contention(), check_cpu=False)
+    return base.layer_times(layers, device, Contention())
+
+
+def run_probe(bases: Sequence[CostModel], cores: Sequence[int] = (0,), seconds: float = 1.0,
+              models: Sequence[str] = PROBE_MODELS, progress: Callable[[str], None] | None = None) -> Probe:
     """Measure this CPU and fit ``bases`` to it (see the module docstring)."""
+    from pipeplan.costmodel.profile import ProfileSettings, measure_device
+
     started = time.monotonic()
-    measured, device = measure(cores, per_kind, progress=progress)
+    device = measure_device(ProfileSettings(cores=list(cores), threads=1))
+    measured = measure(cores, seconds, models, progress=progress)
     return fit(measured, device, bases, cores, time.monotonic() - started)
 
 

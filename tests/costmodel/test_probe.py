@@ -13,32 +13,38 @@ from pipeplan.costmodel.probe import NEAREST, Probe, ProbedCostModel, ProbeError
 from pipeplan.costmodel.registry import SHIPPED, load_cost_model
 from pipeplan.costmodel.zoo import capture_model
 
-
-@pytest.fixture(scope="module")
-def measured() -> tuple[list[tuple[str, Layer, float]], Device]:
-    return measure(cores=[0], per_kind=1, window=0.005, repeats=2)
+DEVICE = Device(id="c", type="cpu-core", memory="8GiB", peak_flops="100GFLOPS", mem_bandwidth="15GB/s", cores=[0])
 
 
 @pytest.fixture(scope="module")
-def probe(measured: tuple[list[tuple[str, Layer, float]], Device]) -> Probe:
-    return fit(*measured, [load_cost_model("learned-xeon"), load_cost_model("analytic")])
+def measured() -> list[tuple[str, Layer, float]]:
+    return measure(cores=[0], seconds=0.2, models=("opt",))  # a small decoder of the tuning set, in real passes
 
 
-def test_each_kinds_factor_is_the_geometric_mean_of_measured_over_predicted(probe: Probe) -> None:
-    assert {p.kind for p in probe.points} >= {"linear", "conv", "layernorm", "attention", "embedding"}
+@pytest.fixture(scope="module")
+def probe(measured: list[tuple[str, Layer, float]]) -> Probe:
+    return fit(measured, DEVICE, [load_cost_model("learned-xeon"), load_cost_model("analytic")])
+
+
+def test_each_kinds_factor_is_its_measured_sum_over_its_predicted_sum(
+        probe: Probe, measured: list[tuple[str, Layer, float]]) -> None:
+    assert {p.kind for p in probe.points} >= {"linear", "attention", "layernorm", "embedding"}
+    assert len(probe.points) == len(measured) and all(p.seconds > 0 for p in probe.points)
+    roofline = load_cost_model("analytic").layer_times([la for _, la, _ in measured], DEVICE)
+    assert [p.predicted["analytic"] for p in probe.points] == roofline
     for spec in ("learned-xeon", "analytic"):
         for kind, factor in probe.factors[spec].items():
-            ratios = [math.log10(p.seconds / p.predicted[spec]) for p in probe.points if p.kind == kind]
-            assert factor == pytest.approx(10 ** (sum(ratios) / len(ratios)), rel=1e-12)
+            points = [p for p in probe.points if p.kind == kind]
+            assert factor == pytest.approx(sum(p.seconds for p in points) / sum(p.predicted[spec] for p in points),
+                                           rel=1e-12)
     assert probe.base == min(probe.spread, key=probe.spread.__getitem__)
-    assert all(p.seconds > 0 for p in probe.points)
 
 
 def test_the_probed_model_is_its_base_times_each_layers_kind_factor(probe: Probe) -> None:
     base = load_cost_model("learned-xeon")
     probed = ProbedCostModel(base, probe)
     graph = capture_model("tinygpt", 2)
-    device = Device(id="c", type="cpu-core", memory="8GiB", peak_flops="100GFLOPS", mem_bandwidth="15GB/s", cores=[0])
+    device = DEVICE
     plain, scaled = base.layer_times(graph.layers, device), probed.layer_times(graph.layers, device)
     kinds = probe.factors["learned-xeon"]
     for layer, t0, t1 in zip(graph.layers, plain, scaled, strict=True):
@@ -84,8 +90,12 @@ def test_the_probe_command_writes_the_probe_and_prints_the_factors(tmp_path: Pat
     from tests.cli_run import run
 
     out = tmp_path / "probe.json"
-    result = run("costmodel", "probe", "--per-kind", "1", "--base", "learned-xeon,analytic", "--out", str(out))
+    result = run("costmodel", "probe", "--seconds", "0.05", "--models", "resnet", "--base", "learned-xeon,analytic",
+                 "--out", str(out))
     assert result.returncode == 0, result.stderr
-    assert "linear" in result.stdout and "spread" in result.stdout
+    assert "conv" in result.stdout and "spread" in result.stdout and "layers timed" in result.stdout
     probe = load_probe(out)
     assert set(probe.factors) == {"learned-xeon", "analytic"} and probe.base in probe.factors
+    assert {p.config.split("/")[0] for p in probe.points} == {"resnet"}
+    bad = run("costmodel", "probe", "--models", "gpt_neox", "--out", str(tmp_path / "no.json"))
+    assert bad.returncode == 2 and "choose tuning-set factories" in bad.stderr
