@@ -17,3 +17,5 @@ def _calibration_file(tmp_path_factory: pytest.TempPathFactory) -> None:
     import os
 
     os.environ["PIPEPLAN_CALIBRATION"] = str(tmp_path_factory.mktemp("calibration") / "calibration.json")
+    # A probe of this CPU in the user's data directory would change what `learned` means here.
+    os.environ["PIPEPLAN_PROBE_DIR"] = str(tmp_path_factory.mktemp("probes"))
