@@ -9,6 +9,7 @@ import logging
 import sys
 
 from pipeplan.api.cli import USER_ERRORS, register
+from pipeplan.errors import user_fault
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,8 +19,11 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     try:
         args.func(args)
-    except (*USER_ERRORS, ValueError) as exc:  # type: ignore[misc]  # mypy cannot read a starred tuple here
-        print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # as pipeplan.cli.main: the user's fault is one line, anything else a traceback
+        line = user_fault(exc, USER_ERRORS)
+        if line is None:
+            raise
+        print(f"pipeplan {args.command}: error: {line}", file=sys.stderr)
         return 2
     return 0
 

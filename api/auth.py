@@ -34,14 +34,19 @@ from sqlalchemy import select, update
 
 from pipeplan.api.database import Database
 from pipeplan.api.tables import TokenRow, utcnow
+from pipeplan.errors import UserError
 
-__all__ = ["SCOPES", "Principal", "Scope", "TokenChecker", "TokenInfo", "create_token", "digest", "list_tokens",
-           "new_token", "parse_scopes", "revoke_token"]
+__all__ = ["SCOPES", "Principal", "Scope", "TokenChecker", "TokenError", "TokenInfo", "create_token", "digest",
+           "list_tokens", "new_token", "parse_scopes", "revoke_token"]
 
 _PREFIX = "pp_"
 
 Scope = Literal["read", "plan", "admin"]
 SCOPES: tuple[Scope, ...] = ("read", "plan", "admin")  # each implies those before it
+
+
+class TokenError(UserError, ValueError):
+    """A token command given a bad name, owner or scopes, or naming no token it can act on."""
 
 
 @dataclass(frozen=True)
@@ -83,18 +88,18 @@ def digest(token: str) -> str:
 
 
 def parse_scopes(text: str) -> frozenset[str]:
-    """Scopes from ``"read,plan"`` or ``"read plan"``; a ValueError naming the valid ones otherwise."""
+    """Scopes from ``"read,plan"`` or ``"read plan"``; a TokenError naming the valid ones otherwise."""
     scopes = frozenset(s for s in text.replace(",", " ").split() if s)
     unknown = sorted(scopes - set(SCOPES))
     if unknown or not scopes:
-        raise ValueError(f"scopes must be some of {', '.join(SCOPES)}, got {text!r}")
+        raise TokenError(f"scopes must be some of {', '.join(SCOPES)}, got {text!r}")
     return scopes
 
 
 def _label(value: str, what: str) -> str:
     value = value.strip()
     if not value or len(value) > 128 or not value.isprintable():
-        raise ValueError(f"token {what} must be 1 to 128 printable characters, got {value!r}")
+        raise TokenError(f"token {what} must be 1 to 128 printable characters, got {value!r}")
     return value
 
 
@@ -119,13 +124,13 @@ def list_tokens(db: Database) -> list[TokenInfo]:
 
 def revoke_token(db: Database, which: str) -> list[TokenInfo]:
     """Revoke the tokens with id ``which``, or else named ``which``; the ones revoked now (a
-    ValueError when none matches, or all matching ones are revoked already)."""
+    TokenError when none matches, or all matching ones are revoked already)."""
     with db.write() as session:
         query = select(TokenRow).where(TokenRow.revoked_at.is_(None))
         query = query.where(TokenRow.id == int(which)) if which.isdigit() else query.where(TokenRow.name == which)
         rows = session.execute(query).scalars().all()
         if not rows:
-            raise ValueError(f"no unrevoked token has the id or name {which!r} (see `pipeplan token list`)")
+            raise TokenError(f"no unrevoked token has the id or name {which!r} (see `pipeplan token list`)")
         now = utcnow()
         session.execute(update(TokenRow).where(TokenRow.id.in_([r.id for r in rows])).values(revoked_at=now))
         return [TokenInfo(r.id, r.name, r.owner, r.scopes, r.created_at, now) for r in rows]

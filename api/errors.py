@@ -4,11 +4,14 @@ Every error body is FastAPI's validation shape, ``{"detail": [{"loc": [...], "ms
 so a client reads the field at fault (``loc``) the same way for a schema violation, an unknown
 cluster or a model that does not fit.
 
-Whose fault an error is follows its class: the service's own checks raise :class:`ApiError` (a 4xx);
+Whose fault an error is follows its type: the service's own checks raise :class:`ApiError` (a 4xx);
 a job whose worker raised a :class:`~pipeplan.errors.UserError` (the planner's and cost model's
 errors about the request) fails with a 422 carrying its message (:func:`job_failure`); anything else
 — a bare ``ValueError`` from numpy, a broken invariant — is a 500 whose traceback goes to the log
-and whose answer names only the exception's class.
+and whose answer names only the exception's class.  The worker decides it with ``isinstance`` where
+it catches the exception (:func:`pipeplan.api.worker.failure_of`), and the job's row (and a failed
+deployment's) records the answer as ``user_error``: a request reading another process's job answers
+from that flag, never from the class's name.
 """
 
 from __future__ import annotations
@@ -27,10 +30,9 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from pipeplan.api.keys import finite
 from pipeplan.api.tasks import Outcome
 from pipeplan.api.text import safe_text
-from pipeplan.errors import UserError
 
-__all__ = ["ApiError", "DatabaseLossMiddleware", "error_body", "install_handlers", "is_user_error", "job_failure",
-           "loc_for_error", "user_label"]
+__all__ = ["ApiError", "DatabaseLossMiddleware", "error_body", "install_handlers", "job_failure", "loc_for_error",
+           "user_label"]
 
 log = logging.getLogger(__name__)
 
@@ -67,23 +69,6 @@ class ApiError(StarletteHTTPException):
 def loc_for_error(error_type: str | None) -> list[str]:
     """The body location a planner error of class ``error_type`` is about."""
     return list(_ERROR_LOC.get(error_type or "", ("body",)))
-
-
-def is_user_error(error_type: str | None) -> bool:
-    """Whether a job that failed with ``error_type`` (as its row records it) failed for the request's
-    fault: a :class:`~pipeplan.errors.UserError` subclass (those this process has imported, and those
-    :data:`_ERROR_LOC` names), or a request too big for a worker's memory."""
-    if not error_type:
-        return False
-    if error_type in _ERROR_LOC:
-        return True
-    todo: list[type[UserError]] = [UserError]
-    while todo:
-        cls = todo.pop()
-        if cls.__name__ == error_type:
-            return True
-        todo.extend(cls.__subclasses__())
-    return False
 
 
 def job_failure(outcome: Outcome, what: str, extra: dict[str, Any] | None = None,

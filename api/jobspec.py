@@ -132,7 +132,8 @@ def record_outcome(db: Database, registry: Registry, spec: JobSpec, job_id: str,
             return outcome, plan_id, True
         with db.write() as session:
             _check_fence(session, job_id, fence)
-            finish_job(session, job_id, error=outcome.error or "failed", error_type=outcome.error_type)
+            finish_job(session, job_id, error=outcome.error or "failed", error_type=outcome.error_type,
+                       user_error=outcome.user_error)
         return outcome, None, True
     except _Stale:
         log.warning("job %s is no longer this worker's (cancelled, or claimed again after its lease expired); "

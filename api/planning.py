@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from pipeplan.api.database import Database
-from pipeplan.api.errors import ApiError, is_user_error, job_failure
+from pipeplan.api.errors import ApiError, job_failure
 from pipeplan.api.idempotency import Claim, claim, fingerprint, record, scope_key
 from pipeplan.api.jobspec import JobSpec, record_outcome, reserve_plan
 from pipeplan.api.keys import canonical
@@ -87,8 +87,7 @@ def _finished_of(row: JobRow) -> _Finished:
     if row.status == "done":
         value = {"comparison": json.loads(row.result)} if row.result else {}
         return _Finished(Outcome(True, value=value), row.plan_id)
-    return _Finished(Outcome(False, error=row.error, error_type=row.error_type,
-                             user_error=is_user_error(row.error_type)))
+    return _Finished(Outcome(False, error=row.error, error_type=row.error_type, user_error=row.user_error))
 
 
 class Planning:

@@ -63,7 +63,8 @@ def job_view(row: JobRow) -> dict[str, Any]:
         "id": row.id, "url": f"/v1/jobs/{row.id}", "kind": row.kind, "status": row.status,
         "created_at": _iso(row.created_at), "started_at": _iso(row.started_at),
         "finished_at": _iso(row.finished_at), "error": row.error, "error_type": row.error_type,
-        "worker_pid": row.worker_pid, "worker": row.worker, "attempts": row.attempts or 0, "plan_id": row.plan_id,
+        "user_error": row.user_error, "worker_pid": row.worker_pid, "worker": row.worker,
+        "attempts": row.attempts or 0, "plan_id": row.plan_id,
         "owner": row.owner,
         "plan_url": f"/v1/plans/{row.plan_id}" if row.plan_id else None,
         "result": json.loads(row.result) if row.result else None,
@@ -158,11 +159,15 @@ def _storable(text: str | None, limit: int | None = None) -> str | None:
 
 
 def finish_job(session: Session, job_id: str, *, plan_id: str | None = None, result: str | None = None,
-               error: str | None = None, error_type: str | None = None, key: str | None = None) -> None:
+               error: str | None = None, error_type: str | None = None, user_error: bool = False,
+               key: str | None = None) -> None:
+    """End job ``job_id``: done (``plan_id``, ``result``), or failed or cancelled with ``error`` and its class;
+    ``user_error`` when the request was at fault (the worker decided it: :func:`pipeplan.api.worker.failure_of`)."""
     status = "done" if error is None else "cancelled" if error_type == "Cancelled" else "failed"
     values: dict[str, Any] = {"status": status, "finished_at": utcnow(),
                               "plan_id": plan_id, "result": result, "error": _storable(error),
-                              "error_type": _storable(error_type, 64), "spec": None}
+                              "error_type": _storable(error_type, 64), "user_error": error is not None and user_error,
+                              "spec": None}
     if key is not None:
         values["key"] = key
     session.execute(update(JobRow).where(JobRow.id == job_id).values(**values))

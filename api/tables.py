@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, text
+from sqlalchemy import BigInteger, Boolean, DateTime, Float, ForeignKey, Index, Integer, String, Text, false, text
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 from sqlalchemy.types import TypeDecorator
@@ -165,6 +165,9 @@ class JobRow(Base):
     result: Mapped[str | None] = mapped_column(Text, nullable=True)  # compare: the comparison (JSON)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     error_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    # Failed for the request's fault (a pipeplan.errors.UserError, or MemoryLimit): decided by the worker
+    # where it caught the exception, and what makes the answer a 422 rather than a 500.
+    user_error: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     worker_pid: Mapped[int | None] = mapped_column(Integer, nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
     started_at: Mapped[datetime | None] = mapped_column(UTCDateTime(), nullable=True)
@@ -229,6 +232,7 @@ class DeploymentRow(Base):
     throughput: Mapped[float | None] = mapped_column(Float, nullable=True)
     error: Mapped[str | None] = mapped_column(Text, nullable=True)
     error_type: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    user_error: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())  # as JobRow's
     last_decision: Mapped[str | None] = mapped_column(String(32), nullable=True)
     owner: Mapped[str | None] = mapped_column(String(128), nullable=True)
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow, index=True)

@@ -285,10 +285,10 @@ def capture_source(model: str, batch_size: int = 1, *, granularity: str = "leaf"
         from pipeplan.costmodel.zoo.llm import kv_bytes_per_token
 
         if kv_context < 1:
-            raise ValueError(f"a KV cache context must be at least 1 token, got {kv_context}")
+            raise SourceError(f"a KV cache context must be at least 1 token, got {kv_context}")
         per_token = kv_bytes_per_token(built.model, [layer.name for layer in graph.layers])
         if not per_token:
-            raise ValueError(f"{built.name} has no k_proj/v_proj projections to cache: a KV context applies to "
-                             "decoders")
+            raise SourceError(f"{built.name} has no k_proj/v_proj projections to cache: a KV context applies to "
+                              "decoders")
         graph.meta.update({"kv_context": kv_context, "kv_bytes_per_token": per_token})
     return graph

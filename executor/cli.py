@@ -10,15 +10,14 @@ import logging
 import sys
 from typing import Any
 
+from pipeplan.errors import user_fault
 from pipeplan.executor.errors import ExecutorError
 
 __all__ = ["USER_ERRORS", "add_run_arguments", "cmd_run", "main", "register"]
 
-# Exceptions that mean "the user asked for something wrong": printed as one line, exit status 2.
+# Failures printed as one line, exit status 2, besides the UserErrors (a plan that does not fit the model, bad
+# run options, the planner's errors): a run that failed (a stage died, the outputs differ) says why in its message.
 USER_ERRORS: tuple[type[Exception], ...] = (ExecutorError,)
-# ``python -m pipeplan.executor`` has no pipeplan CLI around it: it also catches the planner's errors
-# (PlanError, ClusterError, a bad --load), which are ValueErrors.
-_MAIN_ERRORS: tuple[type[Exception], ...] = (*USER_ERRORS, ValueError)
 
 _EPILOG = """\
 examples:
@@ -142,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         cmd_run(args)
-    except _MAIN_ERRORS as exc:
-        print(f"pipeplan run: error: {exc}", file=sys.stderr)
+    except Exception as exc:  # as pipeplan.cli.main: the user's fault is one line, anything else a traceback
+        line = user_fault(exc, USER_ERRORS)
+        if line is None:
+            raise
+        print(f"pipeplan run: error: {line}", file=sys.stderr)
         return 2
     return 0

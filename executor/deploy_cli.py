@@ -18,6 +18,7 @@ import time
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from pipeplan.errors import user_input
 from pipeplan.executor.errors import QueueFullError, RunError
 
 if TYPE_CHECKING:
@@ -161,8 +162,9 @@ def cmd_deploy(args: argparse.Namespace) -> None:
 
     options = RunOptions(cluster=args.cluster, device=args.device, threads=args.threads, schedule=args.schedule,
                          timeout=args.timeout, calibrate=not args.no_calibrate)
-    serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight,
-                           recover=not args.no_recover, drift=args.drift)
+    with user_input("deploy options"):  # --queue-size, --max-wait-ms, --in-flight, --drift out of range
+        serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight,
+                               recover=not args.no_recover, drift=args.drift)
     plan = with_source(Plan.load(args.plan), args.model)
     switch = _switch_arg(args.switch)
     console = Console() if sys.stdout.isatty() else Console(width=170)

@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from pipeplan.errors import UsageError, user_fault, user_input
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -49,8 +51,8 @@ SPEC is a built-in cluster name (see `pipeplan cluster --list`) or a YAML/JSON f
 """
 
 
-class CliError(Exception):
-    """A user mistake: printed as one line, exit status 2."""
+class CliError(UsageError):
+    """A user mistake in the command's arguments: printed as one line, exit status 2 (as any UserError)."""
 
 
 def _console() -> Console:
@@ -152,7 +154,8 @@ def _cost_model(args: argparse.Namespace, graph: ModelGraph | None = None,
     from pipeplan.costmodel.registry import load_cost_model
 
     if args.costmodel:
-        return load_cost_model(args.costmodel)
+        with user_input(""):  # "cost model 'x.zip': no such model file …", or no GPU model shipped yet
+            return load_cost_model(args.costmodel)
     if str(getattr(args, "model", "")).startswith(_TABLE):  # a model given as a cost table costs what it says
         return load_cost_model(args.model)
     if graph is not None and cluster is not None:
@@ -191,7 +194,7 @@ def _graph(args: argparse.Namespace) -> ModelGraph:
             graph.meta["kv_context"] = args.kv_context
         return graph
     check_model_name(text)
-    # A KV context that makes no sense is a ValueError naming it, reported like any bad option.
+    # A KV context that makes no sense is a SourceError naming it, reported like any bad option.
     return capture_source(text, args.batch or 1, granularity=args.granularity, seq_len=args.seq_len,
                           image_size=args.image_size, dtype=args.dtype, kv_context=getattr(args, "kv_context", None))
 
@@ -221,7 +224,9 @@ def _cluster(spec: str, loads: Sequence[str] = ()) -> Cluster:
         device, sep, level = item.partition("=")
         if not sep:
             raise CliError(f"--load {item!r}: write DEVICE=LEVEL, e.g. gpu1=2xmemory")
-        cluster = cluster.with_load(device.strip(), Contention.parse(level))
+        with user_input(""):  # "cannot read load 'lots': use 'idle', …"
+            load = Contention.parse(level)
+        cluster = cluster.with_load(device.strip(), load)
     return cluster
 
 
@@ -524,15 +529,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    # CaptureError, GraphError, ZooError, ClusterError and PlanError are ValueErrors; naming them here
-    # would import torch for every command, `serve` included.
-    user_errors: tuple[type[Exception], ...] = (CliError, ValueError)
+    # The user's mistakes are UserErrors (CaptureError, GraphError, ZooError, ClusterError, PlanError, CliError,
+    # …: one line, status 2), and so are the extensions' expected failures (USER_ERRORS); anything else,
+    # a bare ValueError included, is pipeplan's bug and keeps its traceback (status 1).
+    expected: tuple[type[Exception], ...] = ()
     for module in _extensions():
-        user_errors += tuple(module.USER_ERRORS)
+        expected += tuple(module.USER_ERRORS)
     try:
         args.func(args)
-    except user_errors as exc:
-        print(f"pipeplan {args.command}: error: {exc}", file=sys.stderr)
+    except Exception as exc:
+        line = user_fault(exc, expected)
+        if line is None:
+            raise
+        print(f"pipeplan {args.command}: error: {line}", file=sys.stderr)
         return 2
     return 0
 

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from pipeplan.errors import UsageError, user_input
+
 __all__ = ["extend_profile"]
 
 _SOURCE_KEYS = ("zoo", "factory", "seq_len", "image_size", "seed", "dtype")
@@ -35,7 +37,7 @@ def extend_profile(parser: argparse.ArgumentParser) -> None:
     def cmd_profile(args: argparse.Namespace) -> None:
         if args.model is None:
             if args.out is None:
-                raise ValueError("give --out DATA.csv for the layer sweep, or a MODEL to profile in real passes")
+                raise UsageError("give --out DATA.csv for the layer sweep, or a MODEL to profile in real passes")
             sweep(args)
         else:
             cmd_profile_model(args)
@@ -55,7 +57,7 @@ def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
         graph = ModelGraph.load(text)
         source = {k: graph.meta[k] for k in _SOURCE_KEYS if graph.meta.get(k) is not None}
         if "zoo" not in source and "factory" not in source:
-            raise ValueError(f"{text} does not say which model it was captured from (no 'zoo' or 'factory' in its "
+            raise UsageError(f"{text} does not say which model it was captured from (no 'zoo' or 'factory' in its "
                              "meta): profile the zoo name or factory instead")
         return {**source, "batch_size": graph.batch_size}, graph.granularity
     check_model_name(text)
@@ -71,14 +73,15 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
     from pipeplan.executor.profile_model import ModelProfileSettings, profile_source
 
     if args.gpu is not None:
-        raise ValueError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")
+        raise UsageError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")
     if args.append:
-        raise ValueError("--append adds rows to a sweep dataset; a MODEL profile is written whole: drop --append")
+        raise UsageError("--append adds rows to a sweep dataset; a MODEL profile is written whole: drop --append")
     console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
     source, granularity = _source(args)
-    settings = ModelProfileSettings(levels=[Contention.parse(x) for x in args.levels.split(",")],
-                                    cores=args.cores, threads=args.threads, min_passes=args.repeats,
-                                    seconds_per_level=args.seconds_per_level, device_type=args.device_type)
+    with user_input("profile options"):
+        settings = ModelProfileSettings(levels=[Contention.parse(x) for x in args.levels.split(",")],
+                                        cores=args.cores, threads=args.threads, min_passes=args.repeats,
+                                        seconds_per_level=args.seconds_per_level, device_type=args.device_type)
     console.print(f"profiling {args.model} ({granularity}) on cores {list(settings.cores)}, {settings.threads} "
                   f"thread(s), {len(settings.levels)} level(s) × {settings.seconds_per_level:g} s …")
     table = profile_source(source, granularity=granularity, settings=settings,

@@ -1,14 +1,23 @@
 """What the deployment routes write: a new deployment, a stop, a load change, each with its pending
 decision, in one transaction; the decision itself is then made by :class:`~pipeplan.api.placement.service.Placement`.
+Also what protects deployments from the other routes: a deployment's plan cannot be released or deleted
+through ``/v1/plans`` (:func:`check_not_deployed`), and a device's load set by ``PATCH`` is re-evaluated
+like a load change (:func:`set_device_load`).
 
 Every check comes first (a 4xx naming the field), so that a refused request writes nothing.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import Mapping
 from concurrent.futures import Future
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from pipeplan.api.errors import ApiError
 from pipeplan.api.keys import canonical
@@ -25,8 +34,17 @@ from pipeplan.planner.problem import PlanError
 if TYPE_CHECKING:
     from pipeplan.api.auth import Principal
     from pipeplan.api.deps import Services
+    from pipeplan.api.registry import ClusterState
+    from pipeplan.costmodel.hardware import Contention
 
-__all__ = ["change_loads", "create", "stop"]
+__all__ = ["change_loads", "check_not_deployed", "create", "set_device_load", "settle", "stop"]
+
+
+async def settle(future: Future[None], wait: float) -> None:
+    """Wait up to ``wait`` seconds for a decision to be recorded."""
+    if wait > 0:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait)
 
 
 def _busy(services: Services) -> ApiError:
@@ -120,7 +138,6 @@ def change_loads(services: Services, name: str, body: LoadChange,
     placement = _placement(services)
     if not placement.has_room():
         raise _busy(services)
-    decision_id, now = new_id(), utcnow()
     with services.db.write() as session:
         state = services.registry.registered(session, name)
         row = session.get(ClusterRow, name, with_for_update=True)
@@ -131,14 +148,59 @@ def change_loads(services: Services, name: str, body: LoadChange,
             if device not in ids:
                 raise ApiError(422, f"cluster {name!r} has no device {device!r}; its devices are "
                                f"{', '.join(sorted(ids))}", ["body", "devices", device])
-        changes = {}
-        for device, load in sorted(body.devices.items()):
-            before = state.base.device(device).load
-            changes[device] = {"before": before.model_dump(mode="json"), "after": load.model_dump(mode="json")}
-            services.registry.set_load(session, name, device, load)
-        session.add(DecisionRow(id=decision_id, cluster=name, trigger="load", deployment_id=None, status="pending",
-                                request=canonical({"kind": "load", "devices": changes}),
-                                owner=principal.owner if principal is not None else None, created_at=now))
-    event = Event(decision_id, name, Trigger("load", devices=tuple(sorted(changes))),
-                  before={d: c["before"] for d, c in changes.items()})
-    return decision_id, placement.submit(event)
+        event = _load_change(session, services, state, body.devices, principal)
+    return event.decision, placement.submit(event)
+
+
+def _load_change(session: Session, services: Services, state: ClusterState, loads: Mapping[str, Contention],
+                 principal: Principal | None) -> Event:
+    """Set the base loads ``loads`` names on registered cluster ``state`` and add the pending decision that
+    re-evaluates its deployments, in ``session``'s transaction; the event to submit once it commits."""
+    changes = {}
+    for device, load in sorted(loads.items()):
+        services.registry.set_load(session, state.name, device, load)  # a 404 for a device it lacks
+        before = state.base.device(device).load
+        changes[device] = {"before": before.model_dump(mode="json"), "after": load.model_dump(mode="json")}
+    decision_id = new_id()
+    session.add(DecisionRow(id=decision_id, cluster=state.name, trigger="load", deployment_id=None, status="pending",
+                            request=canonical({"kind": "load", "devices": changes}),
+                            owner=principal.owner if principal is not None else None, created_at=utcnow()))
+    return Event(decision_id, state.name, Trigger("load", devices=tuple(sorted(changes))),
+                 before={d: c["before"] for d, c in changes.items()})
+
+
+def set_device_load(session: Session, services: Services, name: str, device: str, load: Contention,
+                    principal: Principal | None) -> Event | None:
+    """``PATCH /v1/clusters/{name}/devices/{device}``: set one device's base load in ``session``'s transaction
+    (the caller checked the owner).  With deployments serving on the cluster, this is a load change like
+    ``POST …/loads`` (a pending decision; the event to submit once it commits; a 503 when the workers'
+    queue is full, writing nothing); without, the load alone (None).
+
+    Deployments still placing need no decision: the load bumps the cluster's revision, so a placement
+    decided on the old loads is not recorded but decided again on the new ones."""
+    state = services.registry.registered(session, name)
+    serving = session.execute(select(DeploymentRow.id).where(DeploymentRow.cluster == name,
+                                                             DeploymentRow.status == "serving").limit(1)).first()
+    if serving is None:
+        services.registry.set_load(session, name, device, load)
+        return None
+    if not _placement(services).has_room():
+        raise _busy(services)
+    return _load_change(session, services, state, {device: load}, principal)
+
+
+def check_not_deployed(session: Session, plan_id: str, action: str) -> None:
+    """A 409 when plan ``plan_id`` is the current plan of a deployment that has not stopped: its reservation
+    is that deployment's load, which only stopping the deployment may remove (``action``: what was asked).
+
+    Read without a lock, after the caller locked the plan's row: a plan becomes a deployment's current
+    plan only when it is made (a decision stores a new plan row), so a plan found not to be one stays so."""
+    dep = session.execute(select(DeploymentRow).where(DeploymentRow.plan_id == plan_id,
+                                                      DeploymentRow.status.in_(("placing", "serving")))
+                          .limit(1)).scalar_one_or_none()
+    if dep is not None:
+        raise ApiError(409, f"plan {plan_id} is the current plan of deployment {dep.id} ({dep.status} on cluster "
+                       f"{dep.cluster!r}), whose load its reservation is: {action} it would leave the deployment "
+                       f"serving with no load on the cluster. Stop the deployment instead "
+                       f"(DELETE /v1/deployments/{dep.id}), which releases its load and re-evaluates the others",
+                       ["path", "plan_id"], "conflict", extra={"deployment": f"/v1/deployments/{dep.id}"})

@@ -243,7 +243,8 @@ class Placement:
             if decision is None:
                 return True
             if not outcome.ok:
-                self._failed(session, decision, event, outcome.error or "failed", outcome.error_type)
+                self._failed(session, decision, event, outcome.error or "failed", outcome.error_type,
+                             outcome.user_error)
                 return True
             subject = session.get(DeploymentRow, event.trigger.deployment) if event.trigger.deployment else None
             if event.trigger.kind == "place" and (subject is None or subject.status != "placing"):
@@ -303,13 +304,14 @@ class Placement:
         return row.id
 
     def _failed(self, session: Session, decision: DecisionRow, event: Event, error: str,
-                error_type: str | None) -> None:
+                error_type: str | None, user_error: bool = False) -> None:
         now = utcnow()
         decision.status, decision.error, decision.finished_at = "failed", _storable(error), now
         if event.trigger.kind == "place" and event.trigger.deployment is not None:
             dep = session.get(DeploymentRow, event.trigger.deployment, with_for_update=True)
             if dep is not None and dep.status == "placing":
                 dep.status, dep.error, dep.error_type = "failed", _storable(error), (error_type or "Error")[:64]
+                dep.user_error = user_error
                 dep.updated_at, dep.last_decision = now, decision.id
 
     def _fail(self, event: Event, error: str, error_type: str | None) -> None:

@@ -35,7 +35,7 @@ def deployment_view(row: DeploymentRow, plan: PlanRow | None) -> dict[str, Any]:
             "plan_url": f"/v1/plans/{row.plan_id}" if row.plan_id else None,
             "loads": json.loads(plan.loads) if plan is not None else {},
             "plan": json.loads(plan.doc) if plan is not None else None,
-            "error": row.error, "error_type": row.error_type,
+            "error": row.error, "error_type": row.error_type, "user_error": row.user_error,
             "last_decision": _decision_url(row.cluster, row.last_decision),
             "decisions": f"/v1/deployments/{row.id}/decisions", "stopped_at": _iso(row.stopped_at)}
 

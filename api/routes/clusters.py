@@ -9,13 +9,15 @@ from fastapi import APIRouter, Path, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from pipeplan.api.deps import PrincipalDep, Reader, ServicesDep, Writer, errors, owner_check
+from pipeplan.api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors, owner_check
 from pipeplan.api.errors import ApiError
 from pipeplan.api.etags import tagged
+from pipeplan.api.placement import requests
+from pipeplan.api.placement.service import Event
 from pipeplan.api.registry import ClusterState
 from pipeplan.api.schemas.clusters import ClusterList, ClusterPublic, ClusterPut, DevicePatch
 from pipeplan.api.schemas.common import NAME_PATTERN
-from pipeplan.api.tables import ClusterRow
+from pipeplan.api.tables import ClusterRow, DecisionRow
 from pipeplan.costmodel.cluster import builtin_clusters
 
 router = APIRouter(prefix="/v1/clusters", tags=["clusters"])
@@ -91,14 +93,43 @@ async def get_cluster(name: ClusterName, services: ServicesDep, request: Request
 
 
 @router.patch("/{name}/devices/{device_id}", dependencies=[Writer], response_model=ClusterPublic,
-              responses=errors(401, 403, 404, 422))
-def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep,
-                 principal: PrincipalDep) -> JSONResponse:
-    """Set a device's current (base) load; reserved plans' loads still come on top."""
-    with services.db.write() as session:
-        _check_owner(session, name, principal)
-        services.registry.set_load(session, name, device_id, body.load)
-        return JSONResponse(cluster_view(services.registry.pending(session, name)))  # rendered before the commit
+              responses={202: {"model": ClusterPublic, "description": "the load is set and the deployments' "
+                                                                      "re-evaluation still running: poll the "
+                                                                      "decision (Location)"},
+                         **errors(401, 403, 404, 422, 503)})
+async def patch_device(name: ClusterName, device_id: DeviceId, body: DevicePatch, services: ServicesDep,
+                       principal: PrincipalDep) -> Response:
+    """Set a device's current (base) load; reserved plans' loads still come on top.  With deployments
+    serving on the cluster this is a load change (``POST …/loads`` with one device): the deployments are
+    re-evaluated, and the answer is the cluster once the decision is made within ``PIPEPLAN_SYNC_WAIT``
+    (200), else as the load left it (202); ``Location`` names the decision."""
+
+    def write() -> tuple[dict[str, Any], Event | None]:
+        with services.db.write() as session:
+            _check_owner(session, name, principal)
+            event = requests.set_device_load(session, services, name, device_id, body.load, principal)
+            return cluster_view(services.registry.pending(session, name)), event  # rendered before the commit
+
+    view, event = await run_in_threadpool(write)
+    if event is None:
+        return JSONResponse(view)
+    assert services.placement is not None, "set_device_load made a decision: the placement service runs"
+    await requests.settle(services.placement.submit(event), services.settings.sync_wait)
+    headers = {"Location": f"/v1/clusters/{name}/decisions/{event.decision}"}
+    if await run_in_threadpool(_pending, services, event.decision):
+        return JSONResponse(view, status_code=202, headers=headers)
+
+    def read() -> dict[str, Any]:
+        with services.db.read() as session:
+            return cluster_view(services.registry.get(session, name, ["path", "name"]))
+
+    return JSONResponse(await run_in_threadpool(read), headers=headers)  # the re-plans' reservations included
+
+
+def _pending(services: Services, decision_id: str) -> bool:
+    with services.db.read() as session:
+        row = session.get(DecisionRow, decision_id)
+        return row is not None and row.status == "pending"
 
 
 @router.delete("/{name}", dependencies=[Writer], status_code=204, response_class=Response,

@@ -3,10 +3,7 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
-from concurrent.futures import Future
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Path, Query, Request
@@ -14,7 +11,7 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from pipeplan.api.deps import PrincipalDep, Reader, Services, ServicesDep, Writer, errors
-from pipeplan.api.errors import ApiError, is_user_error, job_failure, loc_for_error
+from pipeplan.api.errors import ApiError, job_failure, loc_for_error
 from pipeplan.api.etags import tagged
 from pipeplan.api.links import page_response
 from pipeplan.api.placement import requests
@@ -52,13 +49,6 @@ def _owner(principal: PrincipalDep) -> str | None:
     return principal.owner if principal is not None else None
 
 
-async def _settle(future: Future[None], wait: float) -> None:
-    """Wait up to ``wait`` seconds for a decision to be recorded."""
-    if wait > 0:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), wait)
-
-
 def _deployment(services: Services, dep_id: str) -> bytes | None:
     with services.db.read() as session:
         row = session.get(DeploymentRow, dep_id)
@@ -86,7 +76,7 @@ async def create_deployment(body: DeploymentCreate, services: ServicesDep, princ
         zoo_name = await services.zoo.canonical_name(m.name, m.batch, m.seq_len, m.image_size,
                                                      services.settings.max_capture_bytes)
     dep_id, future = await run_in_threadpool(requests.create, services, body, zoo_name, _owner(principal))
-    await _settle(future, services.settings.sync_wait if body.wait is None else body.wait)
+    await requests.settle(future, services.settings.sync_wait if body.wait is None else body.wait)
     view = await run_in_threadpool(_deployment, services, dep_id)
     if view is None:
         raise _not_found(dep_id)
@@ -95,7 +85,7 @@ async def create_deployment(body: DeploymentCreate, services: ServicesDep, princ
         what, extra, kind = f"the placement of deployment {dep_id}", {"deployment": doc["url"]}, doc["error_type"]
         if kind == "Conflict":
             raise ApiError(409, f"{what} failed: {doc['error']}", [], "conflict", extra=extra)
-        if is_user_error(kind):  # the planner refused the request: the deployment stays, failed
+        if doc["user_error"]:  # the planner refused the request: the deployment stays, failed
             raise ApiError(422, doc["error"], loc_for_error(kind), kind, extra=extra)
         raise job_failure(Outcome(False, error=doc["error"], error_type=kind), what, extra=extra,
                           retry_after=services.settings.retry_after)
@@ -160,7 +150,7 @@ async def change_loads(name: ClusterName, body: LoadChange, services: ServicesDe
     re-evaluate the deployments on the cluster: 200 with the decision once made within ``wait``
     seconds, 202 with it pending otherwise."""
     decision_id, future = await run_in_threadpool(requests.change_loads, services, name, body, principal)
-    await _settle(future, services.settings.sync_wait if body.wait is None else body.wait)
+    await requests.settle(future, services.settings.sync_wait if body.wait is None else body.wait)
     view = await run_in_threadpool(_decision, services, name, decision_id)
     assert view is not None
     status = 202 if json.loads(view)["status"] == "pending" else 200

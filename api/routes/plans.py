@@ -16,6 +16,7 @@ from pipeplan.api.errors import ApiError
 from pipeplan.api.etags import tagged
 from pipeplan.api.idempotency import KEY_PATTERN
 from pipeplan.api.links import check_time_zones, page_response
+from pipeplan.api.placement.requests import check_not_deployed
 from pipeplan.api.planning import Answer
 from pipeplan.api.schemas.jobs import JobPublic
 from pipeplan.api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanList, PlanPublic
@@ -110,14 +111,16 @@ async def get_plan(plan_id: PlanId, request: Request) -> Response:
 
 
 @router.post("/{plan_id}/release", dependencies=[Writer], response_model=PlanPublic,
-             responses=errors(401, 403, 404))
+             responses=errors(401, 403, 404, 409))
 def release_plan(plan_id: PlanId, services: ServicesDep, principal: PrincipalDep) -> JSONResponse:
-    """Remove the load a reserved plan records on its cluster; the plan itself stays."""
+    """Remove the load a reserved plan records on its cluster; the plan itself stays.  A deployment's
+    current plan is a 409 naming the deployment: stop the deployment instead."""
     with services.db.write() as session:
         row = session.get(PlanRow, plan_id, with_for_update=True)
         if row is None:
             raise ApiError(404, f"no plan {plan_id!r}", ["path", "plan_id"], "not_found")
         owner_check(principal, row.owner, f"plan {plan_id}", ["path", "plan_id"])
+        check_not_deployed(session, plan_id, "releasing")
         if row.reserved:
             services.registry.release(session, plan_id)
             row.reserved, row.released_at = False, utcnow()
@@ -126,9 +129,10 @@ def release_plan(plan_id: PlanId, services: ServicesDep, principal: PrincipalDep
 
 
 @router.delete("/{plan_id}", dependencies=[Writer], status_code=204, response_class=Response,
-               responses=errors(401, 403, 404))
+               responses=errors(401, 403, 404, 409))
 async def delete_plan(plan_id: PlanId, services: ServicesDep, principal: PrincipalDep) -> Response:
-    """Delete a plan, releasing its reservation; its jobs stay, without the plan."""
+    """Delete a plan, releasing its reservation; its jobs stay, without the plan.  A deployment's current
+    plan is a 409 naming the deployment: stop the deployment instead."""
 
     def delete() -> bool:
         with services.db.write() as session:
@@ -136,6 +140,7 @@ async def delete_plan(plan_id: PlanId, services: ServicesDep, principal: Princip
             if row is None:
                 return False
             owner_check(principal, row.owner, f"plan {plan_id}", ["path", "plan_id"])
+            check_not_deployed(session, plan_id, "deleting")
             services.registry.release(session, plan_id)
             session.execute(update(JobRow).where(JobRow.plan_id == plan_id).values(plan_id=None))
             session.delete(row)

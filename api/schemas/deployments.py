@@ -67,6 +67,8 @@ class DeploymentPublic(BaseModel):
     plan: PlanDoc | None
     error: str | None
     error_type: str | None
+    user_error: bool = Field(False, description="its placement failed because of the request (the planner "
+                                                "refused it): a 422")
     last_decision: str | None = Field(..., description="the URL of the last decision that acted on it")
     decisions: str = Field(..., description="the URL of its decisions")
     created_at: datetime

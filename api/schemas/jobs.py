@@ -27,6 +27,9 @@ class JobSummary(BaseModel):
     error: str | None = Field(..., description="why it failed")
     error_type: str | None = Field(..., description="PlanError, GraphError, … MemoryLimit, Timeout, WorkerDied, "
                                                       "Cancelled, Restarted")
+    user_error: bool = Field(False, description="it failed because of the request (a pipeplan.errors.UserError "
+                                                "such as PlanError, or MemoryLimit): a 422 to a request waiting "
+                                                "for it; else the service's fault (a 500) or a passing one (a 503)")
     worker_pid: int | None = Field(..., description="the worker process that ran it")
     worker: str | None = Field(None, description="host:pid of the queue worker that claimed it "
                                                  "(PIPEPLAN_JOB_QUEUE=postgresql); null in a server's own pool")

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from pipeplan.api.database import Database
-from pipeplan.api.errors import is_user_error, job_failure
+from pipeplan.api.errors import job_failure
 from pipeplan.api.payloads import PredictPayload
 from pipeplan.api.pool import Outcome, Task, WorkerPool
 from pipeplan.api.tables import PlanRow
@@ -20,7 +20,6 @@ from pipeplan.api.worker import failure_of
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.hardware import Device
 from pipeplan.errors import UserError
-from pipeplan.planner.problem import PlanError
 from tests.api.api_factories import chain_graph, cluster_spec, plan_body
 from tests.api.api_server import Server
 
@@ -128,12 +127,3 @@ def test_numpy_s_value_error_is_the_service_s_fault_and_a_plan_error_the_client_
     assert mistake.user_error and mistake.error_type == "GraphError" and "batch_size" in (mistake.error or "")
     answer = job_failure(mistake, "job t8")
     assert answer.status_code == 422 and answer.loc == ["body", "model", "graph"]
-
-
-@pytest.mark.parametrize("error_type, user", [
-    ("PlanError", True), ("PlacementError", True), ("LivenessError", True), ("MemoryLimit", True),
-    ("ValueError", False), ("RuntimeError", False), ("WorkerDied", False), (None, False)])
-def test_a_recorded_error_class_says_whose_fault_it_was(error_type: str | None, user: bool) -> None:
-    # what a request waiting on another process's job reads from the job's row
-    assert is_user_error(error_type) is user
-    assert issubclass(PlanError, UserError) and issubclass(PlanError, ValueError)  # `except ValueError` still works
