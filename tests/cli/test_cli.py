@@ -1,4 +1,8 @@
-"""The command line as a user runs it: a real `pipeplan` process, its output and exit status."""
+"""The command line as a user runs it: its output and exit status.
+
+Most commands run in this process (``tests.cli_run.run``: ``pipeplan.cli.main`` with its output captured);
+``--help``, a command and a user error also run as a real ``python -m pipeplan`` process, so that the
+entry point itself, its output streams and its exit status stay tested."""
 
 from __future__ import annotations
 
@@ -8,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from pipeplan.costmodel.graph import ModelGraph
-from tests.cli_run import run
+from pipeplan.planner.builder import GraphBuilder
+from tests.cli_run import run, run_process
 
 
 @pytest.mark.slow
@@ -35,7 +40,7 @@ def test_demo_prints_graph_table_device_times_and_plans(tmp_path: Path) -> None:
 
 
 def test_help_lists_commands() -> None:
-    result = run("--help")
+    result = run_process("--help")
     assert result.returncode == 0
     for command in ("models", "graph", "cluster", "costs", "demo"):
         assert command in result.stdout
@@ -61,7 +66,7 @@ def test_cluster_list_and_show() -> None:
     assert listed.returncode == 0
     for name in ("4xa100-nvlink", "8gpu-2hosts", "hetero-a100-t4", "local-cpu"):
         assert name in listed.stdout
-    shown = run("cluster", "local-cpu", "--load", "cpu1=2xmemory")
+    shown = run_process("cluster", "local-cpu", "--load", "cpu1=2xmemory")  # a real process
     assert shown.returncode == 0, shown.stderr
     assert "2×memory" in shown.stdout and "links: bandwidth / latency" in shown.stdout
 
@@ -80,6 +85,14 @@ def test_bad_input_is_one_clear_line_and_status_2(args: tuple[str, ...], message
     assert result.returncode == 2
     assert message in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_user_error_ends_the_process_with_status_2_and_one_line() -> None:
+    result = run_process("cluster", "local-cpu", "--load", "cpu1=lots")
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("pipeplan cluster: error: cannot read load 'lots'"), lines
+    assert result.stdout == ""
 
 
 def test_malformed_graph_file(tmp_path: Path) -> None:
@@ -112,7 +125,14 @@ def run_graph_json(tmp_path: Path) -> str:
     return path.read_text()
 
 
-def test_plan_that_cannot_fit_is_one_clear_line() -> None:
-    result = run("plan", "gpt2", "--granularity", "block", "--cluster", "local-cpu", "--memory-margin", "0.99")
+def test_plan_that_cannot_fit_is_one_clear_line(tmp_path: Path) -> None:
+    """Three layers of 3 GiB of weights; local-cpu's two 8 GiB devices keep 8 GiB after a 50% margin."""
+    b = GraphBuilder("big")
+    for i in range(3):
+        b.layer(f"l{i}", flops=10**9, param_bytes=3 * 2**30, inputs={f"l{i - 1}": 1 << 20} if i else {})
+    graph = tmp_path / "big.json"
+    b.build().save(graph)
+    result = run("plan", str(graph), "--cluster", "local-cpu", "--memory-margin", "0.5")
     assert result.returncode == 2
-    assert "GiB short" in result.stderr and "Traceback" not in result.stderr
+    assert result.stderr == ("pipeplan plan: error: big needs 9.00 GiB but the 2 devices of 'local-cpu' offer "
+                             "8.00 GiB after the 50% margin: 1.00 GiB short\n")

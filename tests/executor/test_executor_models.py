@@ -3,8 +3,9 @@
 Each family of :mod:`tests.tiny_models` is captured from its factory (``tests.tiny_models:NAME``),
 planned on three one-core CPU devices by the ILP at leaf granularity and by the uniform baseline at
 block granularity, and run for real in one process per stage; the outputs must equal the unsplit
-model's.  Around them, the cases that used to end a run: non-contiguous tensors at a cut, integer
-inputs consumed by a later stage, a custom operator, a model that cannot be pickled, bf16.
+model's (Mixtral's experts call a custom operator, registered in each stage process).  Around them, the
+cases that used to end a run: non-contiguous tensors at a cut, integer inputs consumed by a later stage,
+a model that cannot be pickled, bf16.
 """
 
 from __future__ import annotations
@@ -40,7 +41,9 @@ def _options(cluster: Path, **kw: object) -> RunOptions:
 def _planned(factory: str, granularity: str, cluster: Path, method: str) -> Plan:
     graph = capture_source(factory, 2, granularity=granularity)
     problem = Problem(graph, load_cluster(str(cluster)), RooflineModel(), PlanOptions(microbatches=2))
-    plan = solve(problem, SolverOptions(time_limit=10, workers=1)) if method == "ilp" else uniform(problem)
+    # 3 s: every family but t5 is proven optimal well within it; t5's 94 leaves are not within 10 s either,
+    # and any plan the ILP returns (it starts from the best baseline) must run as planned.
+    plan = solve(problem, SolverOptions(time_limit=3, workers=1)) if method == "ilp" else uniform(problem)
     plan.cluster = str(cluster)
     return plan
 
@@ -49,8 +52,12 @@ def _planned(factory: str, granularity: str, cluster: Path, method: str) -> Plan
 @pytest.mark.parametrize("family", FAMILIES)
 @pytest.mark.parametrize(("granularity", "method"), [("leaf", "ilp"), ("block", "uniform")])
 def test_architecture_runs_as_planned(family: str, granularity: str, method: str, cluster: Path) -> None:
+    from pipeplan.executor.source import rebuild
+
     plan = _planned(f"tests.tiny_models:{family}", granularity, cluster, method)
     assert plan.source is not None and plan.source["factory"] == f"tests.tiny_models:{family}"
+    if family == "mixtral_moe":  # its experts call a custom operator, registered on import in each stage process
+        assert rebuild(plan).modules == ["transformers.integrations.moe"]
     report = run_plan(plan, options=_options(cluster))
     assert report is not None and report.check is not None
     assert report.check["ok"], report.check["message"]
@@ -97,16 +104,6 @@ def test_token_ids_consumed_by_a_later_stage(cluster: Path) -> None:
     report = run_plan(plan, model, (ids,), options=_options(cluster))
     assert report is not None and report.check is not None and report.check["ok"]
     assert report.check["max_abs_diff"] == 0.0
-
-
-def test_custom_operator_is_registered_in_stage_processes(cluster: Path) -> None:
-    """Mixtral's experts call ``transformers::grouped_mm_fallback``, registered on import."""
-    from pipeplan.executor.source import rebuild
-
-    plan = _planned("tests.tiny_models:mixtral_moe", "leaf", cluster, "uniform")
-    assert rebuild(plan).modules == ["transformers.integrations.moe"]
-    report = run_plan(plan, options=_options(cluster))
-    assert report is not None and report.check is not None and report.check["ok"]
 
 
 class Noisy(nn.Module):
