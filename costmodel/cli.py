@@ -205,6 +205,13 @@ def cmd_probe(args: argparse.Namespace) -> None:
                   f"written to {path}. `learned` on this CPU now predicts with probed:{probe.base}.")
 
 
+def _first_core() -> int:
+    """The lowest core this process may run on (0 unless a taskset or container withholds it)."""
+    import os
+
+    return min(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else 0
+
+
 def register(sub: Any) -> None:
     """Add ``profile`` and ``costmodel`` to the ``pipeplan`` subparsers ``sub``."""
     from pipeplan.costmodel.probe import PROBE_MODELS
@@ -222,8 +229,9 @@ def register(sub: Any) -> None:
                    "(default: the sweep and the layers of gpt2, bert-base, vit-base, resnet-50, convnext-tiny)")
     p.add_argument("--per-kind", type=int, default=12, metavar="N", help="shapes per layer type in the sweep (12)")
     p.add_argument("--budget-minutes", type=float, metavar="N", help="stop after about N minutes")
-    p.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[0], metavar="C,C",
-                   help="CPU cores to run on, co-runners included (default 0)")
+    p.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[_first_core()], metavar="C,C",
+                   help="CPU cores to run on, co-runners included (default: the first core this process may "
+                   "use, 0 on most machines)")
     p.add_argument("--threads", type=int, default=1, metavar="N", help="torch threads (1)")
     p.add_argument("--repeats", type=int, default=5, metavar="R", help="timed windows per layer (5)")
     p.add_argument("--window-ms", type=float, default=25.0, metavar="MS", help="length of an idle window (25 ms)")
@@ -259,8 +267,8 @@ def register(sub: Any) -> None:
                        "`probed`) then use the best-fitting model scaled by them on this CPU "
                        "(pipeplan.costmodel.probe).")
     pr.add_argument("--base", metavar="M,M", help="cost models to fit (default: every shipped learned model)")
-    pr.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[0], metavar="C",
-                    help="the core to time on (default 0; keep it idle)")
+    pr.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[_first_core()], metavar="C",
+                    help="the core to time on (default: the first this process may use; keep it idle)")
     pr.add_argument("--models", default=",".join(PROBE_MODELS), metavar="M,M",
                     help=f"tuning-set models to time (default {','.join(PROBE_MODELS)})")
     pr.add_argument("--seconds", type=float, default=1.0, metavar="S",

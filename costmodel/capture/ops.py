@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -194,13 +195,18 @@ def _budget(seconds: float) -> Iterator[None]:
     def expire(signum: int, frame: Any) -> None:
         raise _OverBudget(f"the body ran longer than {seconds:g} s")
 
+    # An outer timer (pytest-timeout's, a caller's alarm) is honoured and set going again after.
+    outer, _ = signal.getitimer(signal.ITIMER_REAL)
+    started = time.monotonic()
     previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
+    signal.setitimer(signal.ITIMER_REAL, min(seconds, outer) if outer > 0 else seconds)
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        if outer > 0:  # what is left of it; one already due fires at once, under its own handler
+            signal.setitimer(signal.ITIMER_REAL, max(outer - (time.monotonic() - started), 1e-6))
 
 
 def report_uncounted(model: str, layer_ops: Iterable[tuple[str, Iterable[str]]]) -> dict[str, list[str]]:
