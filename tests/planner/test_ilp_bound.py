@@ -35,7 +35,7 @@ from tests.planner_problems import (
 )
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(problems(), broadcast_problems()), st.booleans(), st.integers(-3, 3))
 def test_stage_bounds_never_exceed_the_optimum(problem: Problem, screened: bool, shift: int) -> None:
     costs = Ticks.of(problem)

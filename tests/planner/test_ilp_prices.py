@@ -46,7 +46,7 @@ def mixed_problems(draw: st.DrawFn) -> Problem:
     return Problem(problem.graph, cluster_with(speeds, memory), ROOFLINE, problem.options)
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.one_of(problems(), mixed_problems(), broadcast_problems()))
 def test_price_bound_never_exceeds_the_optimum(problem: Problem) -> None:
     costs = Ticks.of(problem)
