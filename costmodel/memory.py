@@ -16,7 +16,13 @@ stages run their layers in).  So a stage holding layers ``S`` needs
   values for C tokens of every sequence of the microbatch, for every microbatch in flight.
 
 A layer's outputs still needed at step ``t`` are bounded by both its output bytes and the bytes of
-its edges to consumers at or after ``t`` (an output read only by early consumers is freed early).
+its edges to consumers at or after ``t`` (an output read only by early consumers is freed early),
+unless they are views of one tensor (:func:`shares_storage`: a ``chunk`` or ``split`` ends the
+layer), which frees nothing until its last reader has run.
+
+A layer's workspace is what it writes beyond its outputs (or its cost model's ``workspace``) plus
+what the CPU kernels of its operators allocate inside them (:func:`kernel_workspace`): the blocked
+copies oneDNN makes for a convolution, the indices of a max pooling.
 
 :func:`stage_memory` computes that figure for any set of layers.  The planners need it as a *sum
 plus a max* over the layers of a device (what :class:`pipeplan.planner.problem.Problem` and the ILP's
@@ -37,8 +43,8 @@ from pipeplan.costmodel.base import LayerMemory
 from pipeplan.costmodel.graph import Layer, ModelGraph
 from pipeplan.errors import UserError
 
-__all__ = ["KV_SUFFIXES", "Liveness", "LivenessError", "PlannerTerms", "StageMemory", "kv_cache_bytes",
-           "liveness", "planner_terms", "stage_memory"]
+__all__ = ["KV_SUFFIXES", "Liveness", "LivenessError", "PlannerTerms", "StageMemory", "kernel_workspace",
+           "kv_cache_bytes", "liveness", "planner_terms", "shares_storage", "stage_memory"]
 
 # Names of the layers that produce the keys and values a decoder caches (Llama, Mistral, Mixtral,
 # Qwen, OPT at leaf granularity).  A capture can name others in meta["kv_bytes_per_token"].
@@ -87,6 +93,71 @@ class PlannerTerms(NamedTuple):
     workspace: list[int]
 
 
+_CONVOLUTIONS = frozenset({"aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.convolution", "aten._convolution"})
+_MAX_POOLS = frozenset({"aten.max_pool1d", "aten.max_pool2d", "aten.max_pool3d"})
+_VIEW_SPLITS = frozenset({"aten.chunk", "aten.split", "aten.split_with_sizes", "aten.unbind", "aten.tensor_split"})
+_INDEX_BYTES = 8  # int64
+_MKLDNN_MIN_BATCH = 16  # PyTorch runs a 1×1, stride-1 convolution of a smaller batch on one thread natively
+
+
+def _numel(shape: Sequence[int]) -> int:
+    total = 1
+    for size in shape:
+        total *= size
+    return total
+
+
+def kernel_workspace(layer: Layer) -> int:
+    """Bytes the CPU kernels of ``layer``'s operators allocate beyond its outputs while it runs
+    (a block: the most of its parts).  Derived from the layer's shapes; measured against RSS with
+    ``tests/memory_probe.py`` (benchmarks/README.md, "llm_scale.py").
+
+    - **Convolution**: ``max(input, output)`` bytes.  PyTorch hands a float convolution to oneDNN
+      (``ConvParams::use_mkldnn``, aten/src/ATen/native/Convolution.cpp), which computes in a blocked
+      layout (nChw8c/nChw16c) and reorders the plain input into it or its result out of it
+      (oneDNN, "Understanding Memory Formats"); measured alone, one such copy of the larger tensor
+      is alive at the peak.  Not for a 1×1, stride-1 kernel on a batch under 16, which PyTorch
+      runs natively on one thread without a copy (the kernel's area read from the weights:
+      ``param_bytes ≈ C_out · C_in · area · itemsize``).
+    - **Max pooling**: the int64 indices, ``numel(output) · 8`` bytes: ``max_pool2d`` on CPU calls
+      ``max_pool2d_with_indices`` and drops them (aten/src/ATen/native/Pooling.cpp).
+
+    >>> conv = Layer("c", "conv", "Conv2d", 0, 0, 0, 0, 64 * 32 * 9 * 4, 64 * 64 * 32 * 32 * 4, 1,
+    ...              input_shapes=[[64, 32, 32, 32]], output_shapes=[[64, 64, 32, 32]], ops=["aten.conv2d"])
+    >>> kernel_workspace(conv) == 64 * 64 * 32 * 32 * 4
+    True
+    """
+    if layer.parts:
+        return max((kernel_workspace(part) for part in layer.parts), default=0)
+    if not layer.output_shapes or not layer.input_shapes or not layer.input_shapes[0]:
+        return 0
+    out_items = _numel(layer.output_shapes[0])
+    itemsize = layer.activation_bytes // out_items if out_items else 0
+    work = 0
+    if _MAX_POOLS.intersection(layer.ops):
+        work = max(work, out_items * _INDEX_BYTES)
+    if _CONVOLUTIONS.intersection(layer.ops) and itemsize:
+        x, y = layer.input_shapes[0], layer.output_shapes[0]
+        area = layer.param_bytes // itemsize // max(1, y[1] * x[1]) if len(x) > 2 and len(y) > 2 else 0
+        native = area == 1 and x[2:] == y[2:] and x[0] < _MKLDNN_MIN_BATCH
+        if not native:
+            work = max(work, itemsize * max(_numel(x), out_items))
+    return work
+
+
+def shares_storage(layer: Layer) -> bool:
+    """Whether ``layer``'s outputs are views of one tensor (its last operator a ``chunk`` or
+    ``split``), so that none is freed before the last reader of any has run: the two halves of a
+    mixture of experts' gate-and-up projection (``_grouped_mm`` then ``chunk``)."""
+    ops = [op for op in layer.ops if op != "getitem"]
+    return bool(ops) and ops[-1] in _VIEW_SPLITS
+
+
+def _whole(reads: list[tuple[int, int]], cap: int) -> list[tuple[int, int]]:
+    """``reads`` of a layer whose outputs share one storage: all of it held until the last read."""
+    return [(max(p for p, _ in reads), max(cap, sum(b for _, b in reads)))] if reads else reads
+
+
 def _tables(graph: ModelGraph, mem: Sequence[LayerMemory] | None) -> tuple[list[Layer], list[int], list[int]]:
     layers = graph.layers
     if mem is None:
@@ -96,7 +167,7 @@ def _tables(graph: ModelGraph, mem: Sequence[LayerMemory] | None) -> tuple[list[
         if len(mem) != len(layers):
             raise LivenessError(f"{len(mem)} layer memories for the {len(layers)} layers of {graph.model}")
         out, work = [m.activations for m in mem], [m.workspace for m in mem]
-    return layers, out, work
+    return layers, out, [w + kernel_workspace(layer) for w, layer in zip(work, layers, strict=True)]
 
 
 def _model_io(graph: ModelGraph) -> tuple[dict[str, int], dict[str, list[tuple[str, int]]]]:
@@ -149,6 +220,8 @@ def liveness(graph: ModelGraph, mem: Sequence[LayerMemory] | None = None) -> Liv
     live_diff, cut_diff = [0] * (n + 2), [0] * (n + 2)
     for i, layer in enumerate(layers):
         reads = [(pos[s], graph.edge_bytes(layer.name, s)) for s in graph.successors(layer.name)]
+        if shares_storage(layer):
+            reads = _whole(reads, out[i])
         tail = sink.get(layer.name, 0)
         live_diff[i] += out[i] + work[i]  # while it runs, all its outputs are being written
         live_diff[i + 1] -= out[i] + work[i]
@@ -242,6 +315,8 @@ def stage_memory(graph: ModelGraph, layers: Collection[str], *, in_flight: int =
             else:
                 outside += graph.edge_bytes(layer.name, s)
         sent += min(out[k], outside)
+        if shares_storage(layer):
+            inside = _whole(inside, out[k])
         _add_held(diff, i + 1, end, out[k], inside, outside)
         for p in graph.predecessors(layer.name):
             if p not in chosen:

@@ -19,7 +19,8 @@ A solve has four steps, each a method of ``_Solve``; none changes what the optim
    crossing booleans grouped by link), with ``bound ≤ B ≤ best known`` added and the best plan
    known as a complete hint.
 4. **Tie-break** (:mod:`pipeplan.planner.ilp_exact`): among plans of the optimal bottleneck, the one with
-   the fewest devices, then the lowest latency.
+   the fewest devices, then the lowest latency: step 3's model with a new objective where CP-SAT
+   ran, else a new model unless building it would take more than half its time.
 
 The user's constraints (pins, keep-together groups, forbidden devices; :mod:`pipeplan.planner.constraints`)
 and the per-edge transfer rule enter the CP-SAT model only (:mod:`pipeplan.planner.ilp_constraints`).  Steps
@@ -50,7 +51,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan.planner.baselines import best_baseline
 from pipeplan.planner.bound import BoundProgram, Incumbent, Search
-from pipeplan.planner.ilp_constraints import build_constrained, split_classes
+from pipeplan.planner.ilp_constraints import ConstrainedModel, build_constrained, split_classes
 from pipeplan.planner.ilp_exact import EXACT_TOLERANCE, Settings, pass_limit, plan_devices, tie_break
 from pipeplan.planner.ilp_scale import at_scale, solve_at_scale
 from pipeplan.planner.ilp_ticks import Ticks
@@ -132,6 +133,7 @@ class _Solve:
         self.baseline: Plan | None = None
         self.incumbent = Incumbent()  # the best plan known and its bottleneck in ticks
         self.search: Search | None = None  # the stage program's rounds; None when it is too large
+        self.model: ConstrainedModel | None = None  # CP-SAT's model once solved, for the tie-break to reuse
         self.details: dict[str, Any] = {"workers": opts.workers or os.cpu_count() or 1, "seed": opts.seed,
                                         "time_limit": opts.time_limit, "tick_seconds": 1.0 / self.costs.scale,
                                         "warm_start": None}
@@ -199,6 +201,7 @@ class _Solve:
         solver.parameters.random_seed = opts.seed
         solver.parameters.relative_gap_limit = opts.gap_limit
         status = solver.solve(built.model)
+        self.model = built
         name = solver.status_name(status)
         log.info("CP-SAT %s in %.2fs: objective %s, bound %s", name, solver.wall_time, solver.objective_value,
                  solver.best_objective_bound)
@@ -251,7 +254,7 @@ class _Solve:
         objective = plan.objective_value
         optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE
         if optimal and opts.tie_break and self.throughput and len(plan.stages) > 1 and limit().time_limit > 0:
-            better, note = tie_break(problem, plan, self.model_classes, limit())
+            better, note = tie_break(problem, plan, self.model_classes, limit(), self.model, self.costs)
             info.passes.append(note)
             if better is not plan:
                 plan, info.solution = better, info.solution + "; tie-break"

@@ -42,7 +42,7 @@ from ortools.sat.python import cp_model
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import Problem
 
-__all__ = ["EdgeCrossing", "Model", "build_model", "edge_crossings"]
+__all__ = ["EdgeCrossing", "Model", "build_model", "edge_crossings", "model_size"]
 
 IntVar = cp_model.IntVar
 Crossing = tuple[IntVar, int, frozenset[int], frozenset[int]]  # y is 1 when u is on one of the sources
@@ -106,11 +106,28 @@ class Model:
         model.add_hint(self.bottleneck, max(stage))
 
 
+    def count_used(self) -> list[IntVar]:
+        """The ``used`` booleans (device d holds a layer), added to the model if it has none yet:
+        what the tie-break of :mod:`pipeplan.planner.ilp_exact` counts when it reuses a solved model."""
+        if self.used is None:
+            self.used = _used_booleans(self.model, self.x, len(self.pos))
+        return self.used
+
     def read(self, solver: cp_model.CpSolver) -> tuple[list[int], list[int]]:
         """The solver's plan: layer → device index, and the used devices in pipeline order."""
         k = len(self.pos)
         dev_of = [next(d for d in range(k) if solver.boolean_value(self.x[v][d])) for v in range(len(self.x))]
         return dev_of, sorted(set(dev_of), key=lambda d: solver.value(self.pos[d]))
+
+
+def _used_booleans(model: cp_model.CpModel, x: list[list[IntVar]], k: int) -> list[IntVar]:
+    """``used[d]`` ≥ every ``x[v][d]`` of the k devices: 1 when device d holds a layer (free to be 1
+    otherwise, which only a minimised count cares about)."""
+    used = [model.new_bool_var(f"used[{d}]") for d in range(k)]
+    for d in range(k):
+        for row in x:
+            model.add_implication(row[d], used[d])
+    return used
 
 
 def _link_groups(costs: Ticks) -> tuple[list[list[list[int]]], list[list[list[int]]]]:
@@ -164,6 +181,24 @@ def edge_crossings(model: cp_model.CpModel, x: list[list[IntVar]], table: list[l
                 yield EdgeCrossing(y, cost, True, a, frozenset([a]), frozenset(g))
 
 
+def model_size(problem: Problem, costs: Ticks) -> int:
+    """About how many variables, constraints and terms :func:`build_model` (``count_used``) and its
+    hint create, counted without creating them: O(n + K² groups), where the build is O(n·K·groups)
+    calls into OR-Tools.  What the tie-break's estimate of its build time reads
+    (:mod:`pipeplan.planner.ilp_exact`)."""
+    n, k = problem.n_layers, problem.n_devices
+    into, out_of = _link_groups(costs)
+    grouped = sum(map(len, into)) + sum(map(len, out_of))  # the crossings of a layer with one consumer
+    size = 6 * n * k + len(problem.edges)  # x, its place link, used, workspace, memory and compute terms
+    for u in range(n):
+        succ = problem.succ[u]
+        if succ and costs.transfer[u].any():
+            size += grouped if len(succ) == 1 else k * (len(succ) + k)
+    if problem.options.transfer == "per-edge":
+        size += len(problem.edges) * grouped
+    return size
+
+
 def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower: int = 0, upper: int | None = None,
                 aggregate: bool = True, count_used: bool = False) -> Model:
     """The model of ``problem`` with ``lower ≤ B ≤ upper`` (both must be valid in ticks: ``lower``
@@ -199,10 +234,7 @@ def build_model(problem: Problem, costs: Ticks, classes: list[list[int]], lower:
     used: list[IntVar] | None = None
     overhead = costs.overhead.tolist()
     if problem.options.max_devices is not None or count_used or any(overhead):
-        used = [model.new_bool_var(f"used[{d}]") for d in range(k)]
-        for d in range(k):
-            for v in range(n):
-                model.add_implication(x[v][d], used[d])
+        used = _used_booleans(model, x, k)
         if problem.options.max_devices is not None:
             model.add(sum(used) <= problem.options.max_devices)
 
