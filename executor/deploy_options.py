@@ -25,7 +25,9 @@ class ServeOptions:
     request not yet answered fails with :class:`~pipeplan.executor.errors.StageFailure`); ``drift``, when
     set, re-plans when a stage's measured compute strays from the plan's prediction by more than
     that fraction (0.5: 50 % slower, or 1/1.5 as fast) over ``drift_after`` microbatches, checked
-    every ``drift_interval`` seconds; ``horizon`` is the re-planning horizon
+    every ``drift_interval`` seconds and at most once every ``drift_cooldown`` seconds (measured
+    times that move with the layout, such as a core shared with this process, would otherwise
+    switch back and forth); ``horizon`` is the re-planning horizon
     (:class:`pipeplan.planner.migration.Horizon` text) and ``reload`` where a dead device's layers come
     from, in the planner's terms (the switch itself reloads them from the deployment's copy).
     """
@@ -39,6 +41,7 @@ class ServeOptions:
     drift: float | None = None
     drift_after: int = 20
     drift_interval: float = 1.0
+    drift_cooldown: float = 5.0
     horizon: str = "10m"
     reload: Reload = DEFAULT_RELOAD
 
@@ -53,5 +56,6 @@ class ServeOptions:
                              f"{self.start_timeout}")
         if self.drift is not None and not (math.isfinite(self.drift) and self.drift > 0):
             raise ValueError(f"drift must be a positive fraction (0.5: 50 % off the prediction), got {self.drift}")
-        if not self.drift_interval > 0:
-            raise ValueError(f"drift_interval must be positive, got {self.drift_interval}")
+        if not self.drift_interval > 0 or not self.drift_cooldown >= 0:
+            raise ValueError(f"drift_interval must be positive and drift_cooldown ≥ 0, got {self.drift_interval} "
+                             f"and {self.drift_cooldown}")

@@ -29,6 +29,7 @@ import queue
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -98,6 +99,9 @@ class Switching:
         self._epoch = time.perf_counter()
         self._jobs: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
         self._recovering = False
+        # Held by a re-plan from reading the cluster to its switch: two triggers at once (a drift and a
+        # device taken away) must not re-plan each from the cluster as it was before the other.
+        self._replanning = threading.RLock()
         self._tmp = tempfile.TemporaryDirectory(prefix="pipeplan-deploy-")
 
     def _capacity(self) -> int:
@@ -122,21 +126,31 @@ class Switching:
         """Re-plan for ``cluster`` (the new state: loads, devices gone or added) with the cost of
         moving counted (:func:`pipeplan.planner.replan.replan`), and switch if the new plan moves;
         None when staying is best."""
-        plan = self._replanned(cluster, horizon, costmodel, time_limit)
-        self.cluster = cluster
-        if plan.migration is not None and plan.migration.decision == "stay":
-            log.info("re-planned for %s (%s): staying", cluster.name, why)
-            return None
-        return self._run_job("switch", plan, why)
+        with self._replanning:
+            plan = self._replanned(cluster, horizon, costmodel, time_limit)
+            self.cluster = cluster
+            if plan.migration is not None and plan.migration.decision == "stay":
+                log.info("re-planned for %s (%s): staying", cluster.name, why)
+                return None
+            return self._run_job("switch", plan, why)
+
+    def replan_change(self, change: Callable[[Cluster], Cluster | None], why: str,
+                      **kwargs: Any) -> SwitchRecord | None:
+        """Re-plan for ``change(cluster)``, the cluster read once no other re-plan is under way
+        (``change`` returns None when, by then, it no longer applies: nothing is re-planned)."""
+        with self._replanning:
+            cluster = change(self.cluster)
+            return None if cluster is None else self.replan(cluster, why, **kwargs)
 
     def remove_device(self, device: str, why: str | None = None) -> SwitchRecord | None:
         """Take ``device`` away, announced: re-plan without it; its process sends its layers on, then ends."""
-        return self.replan(cluster_without(self.cluster, {device}), why or f"device {device} removed")
+        return self.replan_change(lambda c: cluster_without(c, {device}), why or f"device {device} removed")
 
     def add_device(self, cluster: Cluster, why: str | None = None) -> SwitchRecord | None:
         """Offer the devices of ``cluster`` (the current ones and new ones): re-plan onto them."""
-        added = sorted({d.id for d in cluster.devices} - {d.id for d in self.cluster.devices})
-        return self.replan(cluster, why or f"device{'s' if len(added) != 1 else ''} {', '.join(added)} added")
+        with self._replanning:
+            added = sorted({d.id for d in cluster.devices} - {d.id for d in self.cluster.devices})
+            return self.replan(cluster, why or f"device{'s' if len(added) != 1 else ''} {', '.join(added)} added")
 
     # -- jobs -------------------------------------------------------------------------------------
 

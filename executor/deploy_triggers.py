@@ -9,6 +9,8 @@ weighs (a device gone; a device measured that much slower or faster than its spe
 from __future__ import annotations
 
 import logging
+import math
+import time
 from typing import TYPE_CHECKING
 
 from pipeplan.costmodel.cluster import Cluster
@@ -68,7 +70,10 @@ def watch_drift(d: Switching) -> None:
     drift = d.serving.drift
     planned_on: tuple[int, dict[str, float]] | None = None  # (layout, each device's slowdown it was planned with)
     acted: list[float] | None = None  # each stage's ratio at the last re-plan that kept this layout
+    last = -math.inf  # when the last drift re-plan was made
     while not d._ended.wait(d.serving.drift_interval):
+        if time.monotonic() - last < d.serving.drift_cooldown:
+            continue
         layout, plan = d._layout, d.plan
         if planned_on is None or planned_on[0] != layout:
             planned_on, acted = (layout, {dev.id: dev.slowdown or 1.0 for dev in d.cluster.devices}), None
@@ -87,8 +92,13 @@ def watch_drift(d: Switching) -> None:
         slowdowns = {plan.stages[k].device: base.get(plan.stages[k].device, 1.0) * ratios[k] for k in straying}
         why = "drift: " + "; ".join(f"{plan.stages[k].device} computes in {recent[k] * 1e3:.3f} ms, predicted "
                                     f"{plan.stages[k].compute * 1e3:.3f} ms ({ratios[k]:.2f}×)" for k in straying)
+        def change(cluster: Cluster, layout: int = layout, slowdowns: dict[str, float] = slowdowns) -> Cluster | None:
+            # measured on this layout: if another re-plan switched meanwhile, they describe nothing now
+            return with_slowdowns(cluster, slowdowns) if d._layout == layout else None
+
+        last = time.monotonic()
         try:
-            record = d.replan(with_slowdowns(d.cluster, slowdowns), why)
+            record = d.replan_change(change, why)
         except RunError as exc:
             log.warning("drift re-plan failed: %s", exc)
             record = None
