@@ -55,7 +55,10 @@ def pool(request: pytest.FixtureRequest) -> Iterator[WorkerPool]:
 
 # 1,500 layers on 32 devices: about 800 MB and 16 s to plan without limits (the problem's dense
 # per-device tables come before the solver starts).
-_BIG = (chain_graph(1500, "big"), 32)
+# Too wide for the stage program to prove (its ideals number 41 ** 40): CP-SAT's model of it on 32
+# devices takes seconds and over a GB to build.  (A 1,500-layer chain no longer does: the stage
+# program proves it and the tie-break that used to build a model of it is skipped as too costly.)
+_BIG = (wide_graph(40, 40, name="big"), 32)
 
 
 @pytest.mark.parametrize("pool", [Limits(memory=350 * 2**20)], indirect=True)
