@@ -53,6 +53,20 @@ def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
     return predicted, peak - base
 
 
+def measure_in_child(specs: list[str], timeout: float = 900) -> list[tuple[str, int, int]]:
+    """``(name, predicted, measured)`` bytes for each ``name:batch:seq`` of ``specs``, probed in a child
+    process with glibc returning every tensor on free (what the tests compare)."""
+    import os
+    import subprocess
+    from pathlib import Path
+
+    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: tensors from mmap, freed at once
+    done = subprocess.run([sys.executable, "-m", "tests.memory_probe", *specs], cwd=Path(__file__).parents[1],
+                          env=env, capture_output=True, text=True, check=True, timeout=timeout)
+    rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    return [(name, int(predicted), int(measured)) for name, predicted, measured in rows]
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     for spec in sys.argv[1:]:

@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -14,6 +11,7 @@ from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
 from pipeplan.costmodel.memory import kv_cache_bytes, liveness, planner_terms, stage_memory
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
+from tests.memory_probe import measure_in_child
 
 
 def skip_graph() -> ModelGraph:
@@ -109,12 +107,8 @@ PROBED = ["mlp:2048:0", "tinygpt:32:0", "bert-base:4:256", "llama-7b:1:128", "ll
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/status")
 def test_predicted_peak_matches_rss_of_the_exported_program() -> None:
-    env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": "65536"}  # glibc: tensors from mmap, freed at once
-    root = Path(__file__).resolve().parents[2]
-    done = subprocess.run([sys.executable, "-m", "tests.memory_probe", *PROBED], cwd=root, env=env,
-                          capture_output=True, text=True, check=True, timeout=600)
-    rows = [line.split() for line in done.stdout.splitlines() if line.strip()]
+    rows = measure_in_child(PROBED)
     assert len(rows) == len(PROBED)
     for name, predicted, measured in rows:
-        assert int(measured) > 2**20, name  # the run allocated something to compare with
-        assert abs(int(predicted) - int(measured)) <= 0.1 * int(measured), (name, predicted, measured)
+        assert measured > 2**20, name  # the run allocated something to compare with
+        assert abs(predicted - measured) <= 0.1 * measured, (name, predicted, measured)
