@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from pipeplan.costmodel.capture.ops import _OverBudget, _budget
+from pipeplan.costmodel.capture.ops import _budget, _OverBudget
 
 
 def test_an_outer_timer_survives_the_budget_and_a_slow_body_is_stopped() -> None:
