@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from pipeplan.api.errors import ApiError
 from pipeplan.api.keys import canonical, digest_of
-from pipeplan.api.reservations import combine
+from pipeplan.api.reservations import with_reserved
 from pipeplan.api.tables import ClusterRow, ReservationRow, utcnow
 from pipeplan.costmodel.cluster import Cluster, ClusterError, builtin_clusters, load_cluster
 from pipeplan.costmodel.hardware import Contention
@@ -144,10 +144,7 @@ class Registry:
                 select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind)
                 .where(ReservationRow.cluster == row.name).order_by(ReservationRow.id)):
             reservations.setdefault(device, []).append((plan_id, kind))
-        effective = base
-        for device, held in reservations.items():
-            if device in {d.id for d in base.devices}:
-                effective = effective.with_load(device, combine(base.device(device).load, [k for _, k in held]))
+        effective = with_reserved(base, {device: [k for _, k in held] for device, held in reservations.items()})
         state = ClusterState(row.name, False, row.revision, base, effective, digest_of(effective.to_dict()),
                              reservations, row.created_at, row.updated_at, row.owner)
         if not remember:

@@ -24,13 +24,14 @@ reserved stage:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from pipeplan.costmodel.analytic import compute_bound
+from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
-__all__ = ["MAX_CORUNNERS", "combine", "stage_kind"]
+__all__ = ["MAX_CORUNNERS", "combine", "stage_kind", "with_reserved"]
 
 MAX_CORUNNERS = 64  # Contention's own bound
 
@@ -55,3 +56,14 @@ def combine(base: Contention, kinds: Sequence[str]) -> Contention:
     present = set(kinds) | ({base.kind} if base.corunners else set())
     kind = present.pop() if len(present) == 1 else "mixed"
     return Contention.model_validate({"corunners": min(base.corunners + len(kinds), MAX_CORUNNERS), "kind": kind})
+
+
+def with_reserved(cluster: Cluster, kinds: Mapping[str, Sequence[str]]) -> Cluster:
+    """``cluster`` with one co-runner of each of ``kinds[device]`` on each device's load (devices the
+    cluster lacks are ignored)."""
+    ids = {d.id for d in cluster.devices}
+    out = cluster
+    for device, ks in kinds.items():
+        if ks and device in ids:
+            out = out.with_load(device, combine(cluster.device(device).load, ks))
+    return out

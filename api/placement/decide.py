@@ -4,7 +4,7 @@ The cluster's **total throughput** is the sum over its serving deployments of ea
 throughput in samples per second (``batch_size / bottleneck``, the planner's own ``throughput``), each
 deployment's bottleneck taken by the simulator on the loads everything else puts on its devices: the
 cluster's fixed load (base loads and plain reserved plans) plus one co-runner per stage of every
-other deployment (:func:`pipeplan.api.reservations.combine`, as the registry counts them).
+other deployment (:func:`pipeplan.api.reservations.with_reserved`, as the registry counts them).
 
 A decision, for a trigger (a deployment placed or stopped, base loads changed):
 
@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeplan.api.keys import canonical, digest_of, finite
 from pipeplan.api.placement.payload import PlacePayload, Tenant
-from pipeplan.api.reservations import combine, stage_kind
+from pipeplan.api.reservations import stage_kind, with_reserved
 from pipeplan.costmodel.cluster import Cluster
 
 if TYPE_CHECKING:
@@ -76,12 +76,7 @@ def loaded(cluster: Cluster, fixed: Mapping[str, tuple[str, ...]], loads: Iterab
     for held in loads:
         for device, kind in held.items():
             kinds.setdefault(device, []).append(kind)
-    out = cluster
-    ids = {d.id for d in cluster.devices}
-    for device, ks in sorted(kinds.items()):
-        if ks and device in ids:
-            out = out.with_load(device, combine(cluster.device(device).load, ks))
-    return out
+    return with_reserved(cluster, kinds)
 
 
 def _lighter(before: Cluster, after: Cluster) -> bool:
