@@ -48,7 +48,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import yaml
 
 from pipeplan.costmodel.cluster import Cluster, load_cluster
 from pipeplan.costmodel.corunners import CoRunners
@@ -214,8 +213,9 @@ def run_mode(mode: str, graph: ModelGraph, spec: Path, cost: Any, plan: Plan, ar
                     holder.swap(None)
                     old.close(drain=True)
                     one = solve(Problem(graph, phase_cluster, cost, plan.options), SolverOptions(time_limit=10))
-                    new = deploy_plan(one, options=RunOptions(cluster=str(_one_device(spec)), timeout=60.0,
-                                                              calibrate=False), serving=serving)
+                    left = phase_cluster.save(spec.with_name("cpu0-only.yaml"))
+                    new = deploy_plan(one, options=RunOptions(cluster=str(left), timeout=60.0, calibrate=False),
+                                      serving=serving)
                     deployments.append(new)
                     holder.swap(new)
                     assert trigger is not None
@@ -262,15 +262,6 @@ def run_mode(mode: str, graph: ModelGraph, spec: Path, cost: Any, plan: Plan, ar
         for dep in deployments:
             dep.close(drain=True)
     _report(mode, stream, samples, reference, rows, triggers, reloaded_bytes, rate)
-
-
-def _one_device(spec: Path) -> Path:
-    path = spec.with_name("cpu0-only.yaml")
-    doc = load_cluster(str(spec)).to_dict()
-    doc["devices"] = [dev for dev in doc["devices"] if dev["id"] == "cpu0"]
-    doc["links"] = []
-    path.write_text(yaml.safe_dump(doc))
-    return path
 
 
 def _report(mode: str, stream: Stream, samples: list[tuple[tuple[Any, ...], dict[str, Any]]], reference: Any,

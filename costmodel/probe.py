@@ -176,14 +176,16 @@ def fit(measured: Sequence[tuple[str, Layer, float]], device: Device, bases: Seq
     return probe
 
 
-def _quiet_times(base: CostModel, layers: Sequence[Layer], device: Device) -> list[float]:
-    """``base``'s idle times for ``layers`` on ``device``, without the warning that this CPU is not
-    the one it was profiled on (the probe is what answers it)."""
+def _quiet_times(base: CostModel, layers: Sequence[Layer], device: Device,
+                 load: Contention | None = None) -> list[float]:
+    """``base``'s times for ``layers`` on ``device`` (idle unless ``load``), without the warning that
+    this CPU is not the one it was profiled on (the probe is what answers it)."""
     from pipeplan.costmodel.learned import LearnedCostModel
 
+    load = load if load is not None else Contention()
     if isinstance(base, LearnedCostModel):
-        return base.layer_times(layers, device, Contention(), check_cpu=False)
-    return base.layer_times(layers, device, Contention())
+        return base.layer_times(layers, device, load, check_cpu=False)
+    return base.layer_times(layers, device, load)
 
 
 def run_probe(bases: Sequence[CostModel], cores: Sequence[int] = (0,), seconds: float = 1.0,
@@ -245,10 +247,7 @@ class ProbedCostModel(CostModel):
             leaves = [p for la in layers for p in (la.parts or [la])]
             times = iter(self.layer_times(leaves, device, load))
             return [sum(next(times) for _ in (la.parts or [la])) for la in layers]
-        from pipeplan.costmodel.learned import LearnedCostModel
-
-        base = (self.base.layer_times(layers, device, load, check_cpu=False) if isinstance(self.base, LearnedCostModel)
-                else self.base.layer_times(layers, device, load))
+        base = _quiet_times(self.base, layers, device, load if load is not None else device.load)
         return [t * self.factor(la) for t, la in zip(base, layers, strict=True)]
 
     def stage_overhead(self, device: Device, load: Contention | None = None) -> float:

@@ -92,6 +92,7 @@ def watch_drift(d: Switching) -> None:
         slowdowns = {plan.stages[k].device: base.get(plan.stages[k].device, 1.0) * ratios[k] for k in straying}
         why = "drift: " + "; ".join(f"{plan.stages[k].device} computes in {recent[k] * 1e3:.3f} ms, predicted "
                                     f"{plan.stages[k].compute * 1e3:.3f} ms ({ratios[k]:.2f}×)" for k in straying)
+
         def change(cluster: Cluster, layout: int = layout, slowdowns: dict[str, float] = slowdowns) -> Cluster | None:
             # measured on this layout: if another re-plan switched meanwhile, they describe nothing now
             return with_slowdowns(cluster, slowdowns) if d._layout == layout else None
