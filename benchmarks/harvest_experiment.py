@@ -2,7 +2,7 @@
 executor with per-device memory caps, against the best plan without borrowing.
 
     .venv/bin/python benchmarks/harvest_experiment.py                    # tinygpt, batch 2, 3 one-core devices
-    .venv/bin/python benchmarks/harvest_experiment.py --model mlp --batch 8 --share 0.45
+    .venv/bin/python benchmarks/harvest_experiment.py --link-bandwidth 20MB/s --host-bandwidth 20MB/s
 
 The cluster: three one-core CPU devices (on the cores this process may use, cycled when there are
 fewer) whose memory is the largest layer's workspace plus ``--share`` × the rest of what the
@@ -14,7 +14,10 @@ executor's weight accounting):
 - **without**: the best plan without borrowing (it needs the third device as a stage);
 - **neighbour**: cpu2 runs no stage (the device next door, busy with a small job of its own) and
   lends its memory; cpu0 and cpu1 run the model and fetch what they cannot hold;
-- **host**: as neighbour, but only the host's memory lends (``--host-bandwidth``, a slower tier).
+- **host**: as neighbour, but only the host's memory lends (``--host-bandwidth``, a slower tier);
+- **neighbour-batch**, **host-batch**: as neighbour and host, fetching each borrowed layer once per
+  batch (``HarvestOptions.fetch="batch"``): a borrowing stage runs its batch layer-major, so a round
+  of fetches serves ``--microbatches`` microbatches, and holds all of their live activations.
 
 Printed: per variant the stages, loans, predicted and measured throughput and the ratio to
 *without*; per borrowing stage the bytes fetched per microbatch, the fetch time predicted and
@@ -43,14 +46,14 @@ from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
 
 
-def write_cluster(path: Path, memory: int) -> Path:
-    """Three one-core devices with ``memory`` bytes each, on the usable cores, one host."""
+def write_cluster(path: Path, memory: int, link: str = "2GB/s") -> Path:
+    """Three one-core devices with ``memory`` bytes each, on the usable cores, one host, linked at ``link``."""
     cores = sorted(os.sched_getaffinity(0))
     lines = ["name: harvest-cpu3", "devices:"]
     for k in range(3):
         lines.append(f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: {memory}, peak_flops: 50GFLOPS, "
                      f"mem_bandwidth: 10GB/s, cores: [{cores[k % len(cores)]}]}}")
-    lines += ["topology:", "  intra_host: {bandwidth: 2GB/s, latency: 50us}"]
+    lines += ["topology:", f"  intra_host: {{bandwidth: {link}, latency: 50us}}"]
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -68,6 +71,9 @@ def main() -> None:
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--batches", type=int, default=10)
     parser.add_argument("--host-bandwidth", default="1GB/s", help="the host tier's link (1GB/s)")
+    parser.add_argument("--link-bandwidth", default="2GB/s",
+                        help="the devices' link, as the cluster spec prices it (2GB/s); gloo on one shared core "
+                             "moves far less, so a slower price makes the plans fetch-bound as the runs are")
     parser.add_argument("--time-limit", type=float, default=20.0)
     args = parser.parse_args()
 
@@ -79,7 +85,7 @@ def main() -> None:
     workspace = max(probe.workspace)
     memory = int((workspace + args.share * (whole - workspace)) / (1 - options.memory_margin))
     root = Path(tempfile.mkdtemp(prefix="harvest-"))
-    spec = write_cluster(root / "cluster.yaml", memory)
+    spec = write_cluster(root / "cluster.yaml", memory, args.link_bandwidth)
     cluster = load_cluster(str(spec))
     solver = SolverOptions(time_limit=args.time_limit, workers=1, seed=0)
     print(f"{args.model} (batch {args.batch}, {len(graph.layers)} layers, {format_bytes(graph.total_param_bytes)} of "
@@ -94,9 +100,15 @@ def main() -> None:
         plans["without"] = None
     beside = Problem(graph, cluster, RooflineModel(), PlanOptions(microbatches=args.microbatches,
                                                                  forbid_devices=("cpu2",)))
-    plans["neighbour"] = solve_harvest(beside, HarvestOptions.of(lenders=["cpu2"]), solver)
-    plans["host"] = solve_harvest(beside, HarvestOptions.of(lenders=[], host_memory=2 * whole,
-                                                            host_bandwidth=args.host_bandwidth), solver)
+    for fetch, suffix in (("microbatch", ""), ("batch", "-batch")):
+        variants = {"neighbour": HarvestOptions.of(lenders=["cpu2"], fetch=fetch),
+                    "host": HarvestOptions.of(lenders=[], host_memory=2 * whole, fetch=fetch,
+                                              host_bandwidth=args.host_bandwidth)}
+        for name, harvest in variants.items():
+            try:
+                plans[name + suffix] = solve_harvest(beside, harvest, solver)
+            except PlanError as exc:  # once per batch can need more memory than there is
+                print(f"{name + suffix}: no plan ({exc})")
 
     reports: dict[str, RunReport] = {}
     for name, plan in plans.items():
@@ -108,20 +120,22 @@ def main() -> None:
         reports[name] = report
 
     base = reports.get("without")
-    print("| variant | stages | loans | throughput pred | throughput meas | ratio to without |")
+    print("| variant | stages | loans | throughput pred | throughput meas | ratio to without (pred) |")
     print("|---|---|---:|---:|---:|---:|")
     for name, report in reports.items():
         plan = plans[name]
         assert plan is not None
         loans = plan.harvest.loans if plan.harvest is not None else []
         lenders = sorted({loan.lender for loan in loans})
-        ratio = f"{report.throughput / base.throughput:.2f}" if base is not None else "-"
+        without = plans["without"]
+        ratio = (f"{report.throughput / base.throughput:.2f} ({plan.throughput / without.throughput:.2f})"
+                 if base is not None and without is not None else "-")
         print(f"| {name} | {', '.join(s.device for s in plan.stages)} | {len(loans)}"
               f"{' from ' + ', '.join(lenders) if lenders else ''} | {plan.throughput:.0f}/s | "
               f"{report.throughput:.0f}/s | {ratio} |")
-    print("\n| variant | stage | fetched/mb | fetch pred ms | fetch meas ms | bandwidth | link | waited ms | "
-          "held peak | without loans | cap |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    print("\n| variant | stage | layers fetched/mb | fetched/mb | fetch pred ms | fetch meas ms | bandwidth | link | "
+          "waited ms | held peak | without loans | cap |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, report in reports.items():
         for s in report.stages:
             loans = s.loans
@@ -129,7 +143,8 @@ def main() -> None:
                 continue
             fetch, held = loans["fetch"], loans["memory"]
             links = [x["link_bandwidth"] for x in fetch["lenders"].values() if x.get("link_bandwidth")]
-            print(f"| {name} | {s.index} ({s.device}) | {format_bytes(fetch['bytes'])} | {_ms(fetch['predicted'])} | "
+            print(f"| {name} | {s.index} ({s.device}) | {fetch['fetches']:.2f} | {format_bytes(fetch['bytes'])} | "
+                  f"{_ms(fetch['predicted'])} | "
                   f"{_ms(fetch['seconds'])} | {format_bytes(fetch['bandwidth'] or 0)}/s | "
                   f"{format_bytes(min(links)) + '/s' if links else '-'} | {_ms(fetch['waited'])} | "
                   f"{format_bytes(held['peak'])} | {format_bytes(held['without_loans'])} | "

@@ -9,7 +9,11 @@ measured batches (:mod:`pipeplan.executor.harvest_stream`), per microbatch:
 - ``fetch.bandwidth``: bytes over fetch seconds, the bandwidth achieved, per lender beside the
   link's (``lenders``);
 - ``fetch.waited``: how long the forward waited for weights, the part of the fetches that prefetch
-  did not hide (it is inside the stage's measured compute).
+  did not hide (it is inside the stage's measured compute);
+- ``fetch.fetches``: layers fetched per microbatch, and ``fetch.mode``, the plan's fetch mode: with
+  ``fetch="batch"`` one round of fetches serves the batch's M microbatches, so a borrowed layer
+  counts 1/M per microbatch, and every per-microbatch prediction (bytes, seconds, per lender) is a
+  round's ÷ M.
 
 ``memory``, for every stage of a run with loans or caps, measured from the tensors the process
 held (:class:`pipeplan.executor.memory_cap.WeightLedger`): ``home`` (its own weights, and what it lends),
@@ -49,12 +53,15 @@ def stage_loans(plan: Plan, k: int, result: dict[str, Any], microbatches: int) -
     device = plan.stages[k].device
     loans = plan.harvest
     planned = next((s for s in loans.stages if s.device == device), None) if loans is not None else None
+    batched = loans is not None and loans.options.batched
+    rounds = plan.options.microbatches if batched else 1  # microbatches one round of fetches serves
     seconds = fetched["seconds"] / microbatches
-    out["fetch"] = {"bytes": fetched["bytes"] / microbatches, "seconds": seconds,
-                    "waited": fetched["waited"] / microbatches,
+    out["fetch"] = {"mode": loans.options.fetch if loans is not None else None,
+                    "fetches": fetched["fetches"] / microbatches, "bytes": fetched["bytes"] / microbatches,
+                    "seconds": seconds, "waited": fetched["waited"] / microbatches,
                     "bandwidth": fetched["bytes"] / fetched["seconds"] if fetched["seconds"] > 0 else None,
                     "predicted": planned.fetch if planned is not None else None,
-                    "predicted_bytes": planned.borrowed if planned is not None else None,
+                    "predicted_bytes": planned.borrowed / rounds if planned is not None else None,
                     "error": _error(seconds, planned.fetch if planned is not None else None)}
     lenders: dict[str, Any] = {}
     for name, row in fetched["lenders"].items():
@@ -62,7 +69,7 @@ def stage_loans(plan: Plan, k: int, result: dict[str, Any], microbatches: int) -
                         if c.source == name and c.target in (device, "*")), None)
         lenders[name] = {"bytes": row["bytes"] / microbatches, "seconds": row["seconds"] / microbatches,
                          "bandwidth": row["bytes"] / row["seconds"] if row["seconds"] > 0 else None,
-                         "predicted": channel.seconds if channel is not None else None,
+                         "predicted": channel.seconds / rounds if channel is not None else None,
                          "link_bandwidth": channel.bandwidth if channel is not None else None}
     out["fetch"]["lenders"] = lenders
     return out

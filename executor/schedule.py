@@ -86,12 +86,14 @@ class TimedSchedule(PipelineScheduleSingle):
 
     ``clock`` returns seconds on the clock shared by all stages; ``sync`` (CUDA) makes the device's
     queued work finish so that the clock sees it.  ``timings`` grows by one entry per microbatch;
-    ``batch`` counts the calls of ``step``.
+    ``batch`` counts the calls of ``step``.  ``hold_sends``: post a batch's sends only once its last
+    microbatch has run, for a stage whose outputs are all computed then
+    (:class:`pipeplan.executor.layer_major.LayerMajor`).
     """
 
     def __init__(self, stage: PipelineStage, n_microbatches: int, *, schedule: ScheduleName = "gpipe",
                  in_flight: int | None = None, clock: Callable[[], float] = time.perf_counter,
-                 sync: Callable[[], None] | None = None) -> None:
+                 sync: Callable[[], None] | None = None, hold_sends: bool = False) -> None:
         if schedule not in SCHEDULES:
             raise ValueError(f"unknown schedule {schedule!r}: choose one of {', '.join(SCHEDULES)}")
         super().__init__(stage, n_microbatches)
@@ -100,6 +102,7 @@ class TimedSchedule(PipelineScheduleSingle):
         self.in_flight = in_flight if in_flight is not None else max(1, depth)
         self.clock = clock
         self.sync = sync or (lambda: None)
+        self.hold_sends = hold_sends
         self.timings: list[MicrobatchTiming] = []
         self.batch = 0
         self.doing: tuple[str, int, int] = ("", 0, 0)  # what the stage is doing to which microbatch, for errors
@@ -130,7 +133,10 @@ class TimedSchedule(PipelineScheduleSingle):
             self.sync()
             compute_end = clock()
             self.doing = ("sending", self.batch, i)
-            pending.append((i, _post(stage.get_fwd_send_ops(i))))
+            # held: the batch's outputs are all written when its last microbatch has run (LayerMajor)
+            ready = (range(m) if i == m - 1 else range(0)) if self.hold_sends else range(i, i + 1)
+            for j in ready:
+                pending.append((j, _post(stage.get_fwd_send_ops(j))))
             posted_at = clock()
             while ahead and len(pending) > self.in_flight:
                 done, works = pending.popleft()

@@ -35,6 +35,7 @@ from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
 from pipeplan.executor.check import compare_outputs, tolerance
 from pipeplan.executor.errors import RunError
 from pipeplan.executor.harvest_stream import Streamer, attach
+from pipeplan.executor.layer_major import LayerMajor
 from pipeplan.executor.lender import LenderBuild, LenderServer, run_lender
 from pipeplan.executor.lending import make_groups
 from pipeplan.executor.loan_cut import FetchSpec, Lent, live_loans
@@ -252,18 +253,21 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
         n_stages = len(setup.stages)  # the world also holds the lenders that run no stage
         last = rank == n_stages - 1
-        module = GuardedStage(built.module.to(compute), compute, setup.staged, last)
+        guarded = GuardedStage(built.module.to(compute), compute, setup.staged, last)
         if built.fetches and groups.fetch is not None:
             streamer = Streamer(built.fetches, groups.fetch, ledger, compute, options.timeout,
                                 buffers=live_loans(built.module))
-            attach(module, streamer)
+            attach(guarded, streamer)
+        batched = streamer is not None and plan.harvest is not None and plan.harvest.options.batched
+        # fetch="batch": each borrowed layer fetched once per batch, every microbatch run through it
+        module = LayerMajor(guarded, setup.microbatches, built.output_meta) if batched else guarded
         # Static shapes from the capture: PipelineStage then never runs a stage to infer them.
         pipe_stage = PipelineStage(module, rank, n_stages, wire,
                                    input_args=tuple(b.empty() for b in built.input_meta),
                                    output_args=tuple(b.empty() for b in built.output_meta), group=groups.pipe)
         schedule = TimedSchedule(pipe_stage, setup.microbatches, schedule=options.schedule,
                                  in_flight=options.in_flight, clock=lambda: time.perf_counter() - epoch,
-                                 sync=sync)
+                                 sync=sync, hold_sends=batched)
         total = options.warmup + options.batches
         batches = _batches(built, setup, compute) if rank == 0 else [()] * total
         keep = options.check_batches if last else 0

@@ -149,12 +149,14 @@ def memory_map_table(plan: Plan) -> Table:
 
 
 def loans_table(plan: Plan) -> Table:
-    """Who lends what to whom: one row per channel, with its layers, bytes and fetch time per microbatch."""
+    """Who lends what to whom: one row per channel, with its layers, bytes and fetch time per round (each
+    microbatch, or each batch with ``fetch="batch"``)."""
     harvest = plan.harvest
     if harvest is None:
         raise ValueError("the plan has no harvest section: make it with harvesting on (--harvest)")
     without = "none fits" if harvest.without is None else format_seconds(harvest.without)
-    table = Table(title=f"loans, fetched each microbatch (best without borrowing: {without})", title_justify="left")
+    table = Table(title=f"loans, fetched each {harvest.options.fetch} (best without borrowing: {without})",
+                  title_justify="left")
     for col in ("lender", "borrower", "layers", "bytes", "bandwidth", "fetch"):
         table.add_column(col, justify="left" if col in ("lender", "borrower", "layers") else "right")
     for channel in harvest.channels:

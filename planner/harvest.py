@@ -3,7 +3,9 @@
 A stage may keep some of its layers' weights (``Layer.param_bytes``, whole layers) in the spare
 memory of another device of the cluster (a *lender*: in the pipeline or not) or of its own host
 (a slower tier, over the host link), and fetch them over that link each microbatch, as the layer
-runs.  :class:`HarvestOptions` says who may lend and what the host tier offers; the solve is
+runs, or once per batch (``fetch="batch"``: the borrowing stage runs its batch layer by layer, all
+microbatches through a layer before the next).  :class:`HarvestOptions` says who may lend, what the
+host tier offers and how often weights are fetched; the solve is
 :func:`pipeplan.planner.harvest_solve.solve_harvest`, the scoring :mod:`pipeplan.planner.harvest_score`, the CP-SAT
 terms :mod:`pipeplan.planner.harvest_model`; ``docs/planner.md`` ("Harvesting spare memory") has the rules.
 
@@ -17,13 +19,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from pipeplan.costmodel.units import UnitError, parse_bytes, parse_rate, parse_seconds
 from pipeplan.planner.problem import PlanError
 
-__all__ = ["DEFAULT_HOST_BANDWIDTH", "DEFAULT_HOST_LATENCY", "HOST_PREFIX", "STAGING_BUFFERS", "Channel",
-           "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch", "host_lender"]
+__all__ = ["DEFAULT_HOST_BANDWIDTH", "DEFAULT_HOST_LATENCY", "FETCH_MODES", "HOST_PREFIX", "STAGING_BUFFERS",
+           "Channel", "FetchMode", "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch", "fetch_mode",
+           "host_lender"]
 
 # Host memory over PCIe: what a x16 Gen3 link sustains for large copies (the reload default of
 # pipeplan.planner.migration too); the cluster spec has no host-link field, so it is an option here.
@@ -33,6 +36,22 @@ HOST_PREFIX = "host:"
 # A borrowed layer's weights are staged on the borrower while it runs, and the next borrowed
 # layer's arrive beside them (prefetch), so a borrower keeps two buffers of its largest loan.
 STAGING_BUFFERS = 2
+
+# How often a borrower fetches a borrowed layer: as each microbatch runs it (the stage runs its
+# microbatches one after the other), or once per batch (the stage runs the batch layer-major: every
+# microbatch through a borrowed layer before the next layer, so one fetch serves them all, and the
+# live activations of all of them are held at once).  docs/planner.md weighs the two.
+FetchMode = Literal["microbatch", "batch"]
+FETCH_MODES: tuple[FetchMode, ...] = ("microbatch", "batch")
+
+
+def fetch_mode(value: object) -> FetchMode:
+    """``value`` as a :data:`FetchMode` (case-insensitive); a :class:`PlanError` lists the valid ones."""
+    name = value.strip().lower() if isinstance(value, str) else value
+    for mode in FETCH_MODES:
+        if name == mode:
+            return mode
+    raise PlanError(f"harvest fetch must be one of {', '.join(FETCH_MODES)}, got {value!r}")
 
 
 def host_lender(host: str) -> str:
@@ -83,8 +102,9 @@ class HarvestOptions:
     cluster, whether it holds a stage or not).  ``host_memory``: bytes each host lends to its own
     devices over one host link it shares among them (0: no host tier); ``host_bandwidth`` and
     ``host_latency`` price that link.  ``reserved``: bytes other work holds on a device (a
-    neighbour's small job), kept out of both its stage and what it lends.  Sizes, rates and
-    durations take units: ``"64GiB"``, ``"12GB/s"``, ``"10us"``.
+    neighbour's small job), kept out of both its stage and what it lends.  ``fetch``: how often a
+    borrower fetches each borrowed layer, ``"microbatch"`` (default) or ``"batch"`` (see
+    :data:`FetchMode`).  Sizes, rates and durations take units: ``"64GiB"``, ``"12GB/s"``, ``"10us"``.
     """
 
     lenders: tuple[str, ...] | None = None
@@ -92,8 +112,10 @@ class HarvestOptions:
     host_bandwidth: float = DEFAULT_HOST_BANDWIDTH
     host_latency: float = DEFAULT_HOST_LATENCY
     reserved: tuple[tuple[str, int], ...] = ()
+    fetch: FetchMode = "microbatch"
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "fetch", fetch_mode(self.fetch))
         try:
             object.__setattr__(self, "host_memory", parse_bytes(self.host_memory))
             object.__setattr__(self, "host_bandwidth", parse_rate(self.host_bandwidth))
@@ -117,15 +139,21 @@ class HarvestOptions:
     @classmethod
     def of(cls, *, lenders: Sequence[str] | None = None, host_memory: int | str = 0,
            host_bandwidth: float | str = DEFAULT_HOST_BANDWIDTH, host_latency: float | str = DEFAULT_HOST_LATENCY,
-           reserved: Mapping[str, int | str] | Sequence[str] = ()) -> HarvestOptions:
+           reserved: Mapping[str, int | str] | Sequence[str] = (), fetch: str = "microbatch") -> HarvestOptions:
         """Options from text as a person writes it: ``of(host_memory="64GiB", reserved={"gpu3": "10GiB"})``
         (the constructor reads the same forms; this one is typed for them)."""
-        return cls(lenders, host_memory, host_bandwidth, host_latency, reserved)  # type: ignore[arg-type]
+        return cls(lenders, host_memory, host_bandwidth, host_latency, reserved, fetch)  # type: ignore[arg-type]
+
+    @property
+    def batched(self) -> bool:
+        """Whether a borrower fetches once per batch (runs its batch layer-major)."""
+        return self.fetch == "batch"
 
     def to_dict(self) -> dict[str, Any]:
         return {"lenders": list(self.lenders) if self.lenders is not None else None,
                 "host_memory": self.host_memory, "host_bandwidth": self.host_bandwidth,
-                "host_latency": self.host_latency, "reserved": [list(pair) for pair in self.reserved]}
+                "host_latency": self.host_latency, "reserved": [list(pair) for pair in self.reserved],
+                "fetch": self.fetch}
 
 
 @dataclass
@@ -136,7 +164,7 @@ class Loan:
     borrower: str  # the device whose stage runs the layer
     lender: str  # a device id, or host:NAME
     bytes: int
-    seconds: float  # bytes / the link's bandwidth: this loan's share of its channel each microbatch
+    seconds: float  # bytes / the link's bandwidth: this loan's share of its channel each fetch round
 
 
 @dataclass
@@ -145,17 +173,18 @@ class Channel:
 
     source: str  # the lender (a device id, or host:NAME)
     target: str  # the borrowing device, or "*" for a host link every device of the host shares
-    bytes: int  # fetched per microbatch
-    seconds: float  # latency + bytes / bandwidth: what every stage reading it waits for
+    bytes: int  # fetched per round: each microbatch, or each batch with fetch="batch"
+    seconds: float  # latency + bytes / bandwidth: what every stage reading it waits for, per round
     bandwidth: float  # bytes/s of the link
 
 
 @dataclass
 class StageFetch:
-    """A stage's fetches per microbatch: the sum of the channels it reads."""
+    """A stage's fetches per microbatch: the sum of the channels it reads (÷ microbatches with
+    fetch="batch", where one round serves the batch)."""
 
     device: str
-    fetch: float  # seconds
+    fetch: float  # seconds per microbatch
     borrowed: int  # bytes of its weights held elsewhere
     staging: int  # bytes of staging buffers on the device (STAGING_BUFFERS × its largest loan)
 

@@ -13,8 +13,19 @@ binds), for the rules of :mod:`pipeplan.planner.harvest_score` (costs in ticks, 
 - ``T[d] ≥ fetch[d]`` (``overlap``), or ``T[d] ≥ compute + receive + send + fetch`` (``serial``),
   beside the model's own rows, which these dominate.
 - ``S[d] ≥ STAGING_BUFFERS · bytes_v · Σ_l w[v,d,l]``: the staging buffers.
-- memory of device d: ``Σ_v (param_v + kept·act_v)·x[v][d] + W[d] − Σ borrowed + S[d] + Σ lent to
-  d ≤`` its capacity after the margin and ``reserved``; of a host: ``Σ lent ≤ host_memory``.
+- memory of device d: ``Σ_v (param_v + kept·act_v)·x[v][d] + W[d] + E[d] − Σ borrowed + S[d] + Σ lent
+  to d ≤`` its capacity after the margin and ``reserved``; of a host: ``Σ lent ≤ host_memory``.
+  ``E[d]`` is 0 but with ``fetch="batch"``:
+
+With ``fetch="batch"`` (M microbatches, one fetch round per batch, the stage run layer-major):
+
+- ``M·T[d] + M − 1 ≥ fetch[d]`` (``overlap``), or ``M·T[d] + M − 1 ≥ M·(compute + receive + send) +
+  fetch[d]`` (``serial``): ``T[d] ≥ ⌊fetch[d] / M⌋``, the fetch per microbatch rounded down like
+  every term, so the bound stays one in seconds;
+- ``borrows[d] ≥ w[v,d,l]`` for every loan of d, and ``E[d] + W[d] ≥ B_v·(x[v][d] + borrows[d] − 1)``
+  where ``B_v`` (:attr:`Lending.batch_workspace`, M microbatches' live sets) passes the layer's
+  workspace: a borrowing stage holds its whole batch's live activations.  ``borrows`` may be 1
+  without loans; that only costs memory, so no plan is cut off.
 
 Each fetch term is rounded down to ticks like every other term, so a plan costs at most its seconds
 in ticks and a bound proven in ticks is a bound in seconds.  The ticks' scale leaves room for the
@@ -96,6 +107,32 @@ class HarvestTerms:
             model.add_hint(var, 0)
 
 
+def _batch_workspace(built: ConstrainedModel, lending: Lending, loans: dict[tuple[int, int, int], IntVar],
+                     extra: list[IntVar]) -> list[IntVar | int]:
+    """Per device, the memory a layer-major batch adds beyond the model's workspace ``W[d]`` (``E[d]``
+    of the module; 0 unless ``fetch="batch"``)."""
+    problem, model, x = lending.problem, built.model, built.x
+    k = problem.n_devices
+    if not lending.options.batched:
+        return [0] * k
+    more = [(v, b) for v, (b, w) in enumerate(zip(lending.batch_workspace, problem.workspace, strict=True)) if b > w]
+    out: list[IntVar | int] = [0] * k
+    for d in range(k):
+        mine = [w for (_, dev, _), w in loans.items() if dev == d]
+        rows = [(v, b) for v, b in more if d in problem.placement.allowed[v]]
+        if not mine or not rows:
+            continue
+        borrows = model.new_bool_var(f"borrows[{d}]")
+        added = model.new_int_var(0, max(b for _, b in rows), f"E[{d}]")
+        extra += [borrows, added]
+        for w in mine:
+            model.add_implication(w, borrows)
+        for v, b in rows:
+            model.add(added + built.workspace[d] >= b * (x[v][d] + borrows - 1))
+        out[d] = added
+    return out
+
+
 def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> HarvestTerms:
     """Add the loans, channels, fetches and both sides' memory rows to ``built`` (see the module)."""
     problem, model, x = lending.problem, built.model, built.x
@@ -109,6 +146,7 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
     staging = [model.new_int_var(0, staging_top, f"S[{d}]") for d in range(k)]
     extra += staging
     borrowed: list[list[tuple[int, IntVar]]] = [[] for _ in range(k)]
+    rounds = lending.rounds
     for v in range(n):
         nbytes = problem.param_bytes[v]
         if nbytes == 0:
@@ -160,16 +198,19 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
             model.add(waits >= shared - top * (1 - use))
             reads.append(waits)
         model.add(fetch[d] >= sum(reads))
+        # rounds·T + rounds − 1 ≥ …: T at least the fetch per microbatch, rounded down (see the module)
         if problem.options.comm == "serial":
-            model.add(built.stage[d] >= built.compute[d] + built.recv[d] + built.send[d] + fetch[d])
+            model.add(rounds * built.stage[d] + rounds - 1
+                      >= rounds * (built.compute[d] + built.recv[d] + built.send[d]) + fetch[d])
         else:
-            model.add(built.stage[d] >= fetch[d])
+            model.add(rounds * built.stage[d] + rounds - 1 >= fetch[d])
 
     # -- memory on both sides -------------------------------------------------------------------------
     kept = problem.options.kept_microbatches
+    batch = _batch_workspace(built, lending, loans, extra)
     for d in range(k):
         own = sum((problem.param_bytes[v] + kept * problem.act_bytes[v]) * x[v][d] for v in range(n))
-        model.add(own + built.workspace[d] - sum(b * w for b, w in borrowed[d]) + staging[d]
+        model.add(own + built.workspace[d] + batch[d] - sum(b * w for b, w in borrowed[d]) + staging[d]
                   + sum(b * w for b, w in lent[d]) <= lending.capacity[d])
     for lender in range(k, lending.n_lenders):
         model.add(sum(b * w for b, w in lent[lender]) <= lending.capacity[lender])

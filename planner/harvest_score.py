@@ -15,7 +15,14 @@ then takes an assignment (layer → device, as :func:`pipeplan.planner.simulate.
 - **memory**, on the borrower: its stage's memory (:meth:`Problem.memory`) less what it borrowed,
   plus ``STAGING_BUFFERS`` × its largest loan; on a lender device: its own stage's memory (if
   any) plus what it lends, under the capacity after the margin and ``reserved``; on a host: what
-  it lends, under ``host_memory``.
+  it lends, under ``host_memory``;
+- with ``fetch="batch"`` a borrowing stage runs its M microbatches layer-major, so one **round** of
+  fetches serves the batch: its fetch per microbatch is the channels' time ÷ M, but it holds the
+  live activations of all M microbatches at once: its workspace term is
+  ``max(workspace_v, M · live_v)`` (:meth:`Lending.batch_workspace`, ``live_v`` the bytes alive while
+  v runs one microbatch, :func:`pipeplan.costmodel.memory.liveness`), and it passes a batch on only
+  when all of it is done, so the batch's latency is that of a flow shop cut at those stages
+  (:func:`batch_latency`).
 
 Everything else (convexity, order, placement constraints, ``max_devices``) is the simulator's,
 run on the problem with memory unconstrained (:meth:`Lending.relaxed`), since memory is checked here.
@@ -26,7 +33,9 @@ from __future__ import annotations
 import copy
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
+from pipeplan.costmodel.memory import liveness
 from pipeplan.planner.harvest import (
     HOST_PREFIX,
     STAGING_BUFFERS,
@@ -41,7 +50,7 @@ from pipeplan.planner.plan import Stage
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import Assignment, evaluate
 
-__all__ = ["HarvestScore", "Lending", "score"]
+__all__ = ["HarvestScore", "Lending", "batch_latency", "score"]
 
 ChannelKey = tuple[int, int | None]  # (lender index, borrowing device), or (host lender, None): shared
 
@@ -75,6 +84,32 @@ class Lending:
         lenders = set(options.lenders) if options.lenders is not None else set(problem.devices)
         self.lends = [d in lenders for d in problem.devices] + [True] * len(hosts)
         self.capacity = capacity + [options.host_memory] * len(hosts)
+
+    @property
+    def rounds(self) -> int:
+        """Microbatches one round of fetches serves: the batch's with ``fetch="batch"``, else one."""
+        return self.problem.options.microbatches if self.options.batched else 1
+
+    @cached_property
+    def batch_workspace(self) -> list[int]:
+        """Per layer, the workspace term of a stage that runs its batch layer-major (``fetch="batch"``):
+        at least the usual one, and at least M microbatches' live sets (each microbatch, before,
+        at or past layer v, holds a subset of what one holds while v runs)."""
+        problem = self.problem
+        mem = [problem.costmodel.layer_memory(layer) for layer in problem.graph.layers]
+        live = liveness(problem.graph, mem).live
+        m = problem.options.microbatches
+        return [max(w, m * b) for w, b in zip(problem.workspace, live, strict=True)]
+
+    def stage_memory(self, layers: list[int], borrows: bool) -> int:
+        """What a stage holding ``layers`` needs before loans: :meth:`Problem.memory`, or with
+        ``fetch="batch"`` and loans, the same with :attr:`batch_workspace` for its workspace."""
+        problem = self.problem
+        if not (borrows and self.options.batched and layers):
+            return problem.memory(layers)
+        kept = problem.options.kept_microbatches
+        return (sum(problem.param_bytes[v] + kept * problem.act_bytes[v] for v in layers)
+                + max(self.batch_workspace[v] for v in layers))
 
     @property
     def n_lenders(self) -> int:
@@ -167,14 +202,15 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
     for (lender, target), seconds in channel_seconds.items():
         readers = [target] if target is not None else sorted({dev_of[v] for v, h in enumerate(home) if h == lender})
         for d in readers:
-            fetch[d] += seconds
+            fetch[d] += seconds / lending.rounds
     serial = problem.options.comm == "serial"
     stages: list[Stage] = []
     own = [0] * problem.n_devices
     for i, s in enumerate(ev.stages):
         d = problem.devices.index(s.device)
         t = s.compute + s.recv + s.send + fetch[d] if serial else max(s.compute, s.recv, s.send, fetch[d])
-        own[d] = problem.memory([problem.index[n] for n in s.layers]) - borrowed[d] + STAGING_BUFFERS * largest[d]
+        own[d] = (lending.stage_memory([problem.index[n] for n in s.layers], borrowed[d] > 0) - borrowed[d]
+                  + STAGING_BUFFERS * largest[d])
         stages.append(Stage(i, s.device, s.layers, s.compute, s.recv, s.send, t, own[d], problem.capacity[d]))
     memory = []
     for lender, name in enumerate(lending.names):
@@ -184,11 +220,14 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
         cap = lending.capacity[lender]
         memory.append(MemoryRow(name, cap + reserved, mine, lent[lender], gave, reserved, cap - mine - lent[lender]))
         if violation is None and mine + lent[lender] > cap:
-            violation = (f"{name!r} needs {mine} bytes for its stage and lends {lent[lender]} but offers {cap} "
+            batch = (f" (with fetch='batch' it holds the live activations of all {problem.options.microbatches} "
+                     "microbatches at once)" if lending.options.batched and gave else "")
+            violation = (f"{name!r} needs {mine} bytes for its stage{batch} and lends {lent[lender]} but offers {cap} "
                          f"after the margin and reservations: {mine + lent[lender] - cap} bytes short")
     times = [s.time for s in stages]
     bottleneck = max(times, default=0.0)
-    latency = sum(times) + (problem.options.microbatches - 1) * bottleneck  # the simulator's flow shop
+    batched = [lending.options.batched and borrowed[problem.devices.index(s.device)] > 0 for s in stages]
+    latency = batch_latency(times, batched, problem.options.microbatches)
     if violation is None and bottleneck > problem.max_bottleneck:
         violation = (f"bottleneck {bottleneck:.6g} s is above what min_throughput allows "
                      f"({problem.max_bottleneck:.6g} s)")
@@ -201,6 +240,30 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
         fetches.append(StageFetch(s.device, fetch[d], borrowed[d], STAGING_BUFFERS * largest[d]))
     objective = latency if problem.options.objective == "latency" else bottleneck
     return HarvestScore(stages, bottleneck, latency, loan_rows, channels, fetches, memory, violation, objective)
+
+
+def batch_latency(times: Sequence[float], batched: Sequence[bool], microbatches: int) -> float:
+    """The batch's latency through stages of ``times`` (per microbatch, in pipeline order), where a
+    ``batched`` stage takes the whole batch before it passes any on (it runs layer-major).
+
+    Without such stages this is the simulator's flow shop, ``Σ t + (M − 1) · max t``.  A batched
+    stage cuts the pipeline: the stages between two cuts form a flow shop whose M jobs are all
+    ready at its start (exact for identical jobs), and the batched stage takes ``M · t``.  Never
+    less than the flow shop of all stages, so a bound on that is a bound on this.
+
+    >>> batch_latency([1.0, 2.0, 1.0], [False, True, False], 3)  # (1+2·1) + 3·2 + (1+2·1)
+    12.0
+    """
+    total, segment = 0.0, list[float]()
+    for t, cut in zip([*times, 0.0], [*batched, True], strict=True):
+        if cut:
+            if segment:
+                total += sum(segment) + (microbatches - 1) * max(segment)
+            total += microbatches * t
+            segment = []
+        else:
+            segment.append(t)
+    return total
 
 
 def _channel_order(item: tuple[ChannelKey, float]) -> tuple[int, int]:

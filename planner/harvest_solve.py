@@ -118,9 +118,12 @@ def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
     name = ran["solver_status"]
     details.update(tick_seconds=1.0 / costs.scale, **ran, warm_start=baseline.method if baseline is not None else None)
     if status == cp_model.INFEASIBLE:
+        batch = (f"; with fetch='batch' a borrowing stage holds the live activations of all "
+                 f"{real.options.microbatches} microbatches at once (fetch='microbatch' holds one)"
+                 if lending.options.batched else "")
         raise PlanError(f"{real.graph.model} does not fit on {real.cluster.name!r} even with harvesting: no "
-                        "assignment keeps every device, lender and host within its memory (and the constraints); "
-                        "add lenders, host_memory or devices")
+                        "assignment keeps every device, lender and host within its memory (and the constraints)"
+                        f"{batch}; add lenders, host_memory or devices")
     if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
         if baseline is None:
             raise PlanError(f"CP-SAT found no plan with harvesting within {opts.time_limit:g}s (status {name}); "

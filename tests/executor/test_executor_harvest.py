@@ -42,11 +42,12 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cpu_cluster(tmp_path_factory.mktemp("clusters") / "cpu3.yaml", 3)  # cpu2 runs no stage
 
 
-def loan_plan(model: str, cluster: Path, cut: str, loans: dict[str, str], batch: int = 2) -> Plan:
+def loan_plan(model: str, cluster: Path, cut: str, loans: dict[str, str], batch: int = 2, fetch: str = "microbatch",
+              microbatches: int = 2) -> Plan:
     """Two stages (cpu0 up to ``cut``, cpu1 from it) whose layers keep weights with ``loans``' lenders."""
     graph = capture_model(model, batch)
-    problem = Problem(graph, load_cluster(str(cluster)), options=PlanOptions(microbatches=2))
-    lending = Lending(problem, HarvestOptions.of(host_memory="1GiB"))
+    problem = Problem(graph, load_cluster(str(cluster)), options=PlanOptions(microbatches=microbatches))
+    lending = Lending(problem, HarvestOptions.of(host_memory="1GiB", fetch=fetch))
     order = [layer.name for layer in graph.layers]
     dev_of = [0 if i < order.index(cut) else 1 for i in range(len(order))]
     return harvest_plan(lending, dev_of, loans, Certificate("test-loans", "HEURISTIC", 0.0), ["cpu0", "cpu1"])
@@ -132,6 +133,35 @@ def test_the_memory_map_caps_by_default(cluster: Path) -> None:
     row = {r.device: r for r in plan.harvest.memory}["cpu1"]
     assert report.stages[1].loans is not None
     assert report.stages[1].loans["memory"]["cap"] == row.capacity - row.reserved
+
+
+@slow
+def test_fetching_once_per_batch_serves_each_borrowed_layer_once_a_batch(cluster: Path) -> None:
+    # fetch="batch": each borrowing stage runs its 4 microbatches layer-major, so each borrowed layer
+    # is fetched once per batch (once per microbatch would be 4 times), and the outputs still match:
+    # stage 0 (one loan) sends its batch only once all of it has run, stage 1 borrows 8 layers.
+    loans = {"blocks.0.fc": "cpu2", **{name: "cpu2" for name in BLOCK_LAYERS}}
+    plan = loan_plan("tinygpt", cluster, "blocks.2.ln1", loans, fetch="batch", microbatches=4)
+    assert plan.harvest is not None and plan.harvest.options.fetch == "batch"
+    report = run_plan(plan, options=_options(cluster))
+    assert report is not None and report.check is not None and report.check["ok"], report and report.check
+    first, borrower = (s.loans for s in report.stages)
+    assert first is not None and first["fetch"]["fetches"] == 1 / 4
+    assert borrower is not None and borrower["fetch"]["mode"] == "batch"
+    graph = capture_model("tinygpt", 2)
+    lent = sum(graph[name].param_bytes for name in BLOCK_LAYERS)
+    # Taken by the forward: 8 layers a batch, 2 a microbatch; a quarter of the weights a microbatch.
+    assert borrower["fetch"]["fetches"] == len(BLOCK_LAYERS) / 4
+    assert borrower["fetch"]["bytes"] == lent / 4 == borrower["fetch"]["predicted_bytes"]
+    # Served by the lender, warm-up included: once per batch, plus at most the two layers the
+    # streamer prefetched for a batch that never came.
+    (lender,) = report.lenders
+    rounds, layers = report.batches + report.warmup, len(loans)
+    assert rounds * layers <= lender["served"]["requests"] <= rounds * layers + 2 * 2
+    assert lender["served"]["requests"] < rounds * report.microbatches * layers
+    # Still at most two borrowed layers held at once.
+    largest = max(graph[name].param_bytes for name in BLOCK_LAYERS)
+    assert borrower["memory"]["home"] < borrower["memory"]["peak"] <= borrower["memory"]["home"] + 2 * largest
 
 
 def test_a_loan_the_stages_do_not_run_is_refused(cluster: Path) -> None:
