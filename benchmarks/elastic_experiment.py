@@ -50,6 +50,7 @@ from typing import Any
 import torch
 
 from pipeplan.costmodel.cluster import Cluster, load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.hardware import Contention
@@ -67,14 +68,6 @@ from pipeplan.planner.simulate import make_plan
 
 CO_RUNNER = Contention(corunners=1, kind="compute")
 PHASES = ("steady", "co-runner on cpu1", "cpu1 taken away", "cpu1 back")
-
-
-def _cluster(path: Path, cores: list[int]) -> Path:
-    lines = ["name: elastic-cpu-2", "devices:"]
-    lines += [f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 100GFLOPS, "
-              f"mem_bandwidth: 15GB/s, cores: [{core}]}}" for k, core in enumerate(cores)]
-    path.write_text("\n".join([*lines, "topology:", "  intra_host: {bandwidth: 2GB/s, latency: 50us}"]) + "\n")
-    return path
 
 
 def _profile(model: str, batch: int, core: int, out: Path) -> Path:
@@ -315,7 +308,8 @@ def main() -> None:
         parser.error(f"needs two cores to take one away; this process may use {cores}")
     args.cores = cores[:2]
     folder = Path(tempfile.mkdtemp(prefix="pipeplan-elastic-"))
-    spec = _cluster(folder / "cpu2.yaml", args.cores)
+    spec = write_core_cluster(folder / "cpu2.yaml", len(args.cores), name="elastic-cpu-2", cores=args.cores,
+                              peak_flops="100GFLOPS", mem_bandwidth="15GB/s")
     profile = args.profile or _profile(args.model, args.batch, args.cores[0], folder / "profile.json")
     cost = load_cost_model(f"profile:{profile}")
     graph = capture_model(args.model, args.batch)

@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.units import format_bytes
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions
@@ -34,18 +35,6 @@ from pipeplan.executor.deploy_stats import SwitchRecord
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
 from pipeplan.planner.simulate import make_plan
-
-
-def _cluster(path: Path) -> Path:
-    """Two one-core devices on the cores this process may use (the same core twice on one core)."""
-    import os
-
-    cores = sorted(os.sched_getaffinity(0))
-    lines = ["name: elastic-cpu-2", "devices:"]
-    lines += [f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 50GFLOPS, "
-              f"mem_bandwidth: 10GB/s, cores: [{cores[k % len(cores)]}]}}" for k in range(2)]
-    path.write_text("\n".join([*lines, "topology:", "  intra_host: {bandwidth: 2GB/s, latency: 50us}"]) + "\n")
-    return path
 
 
 def _cut(graph: object, spec: Path, at: int) -> Plan:
@@ -69,7 +58,8 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=400, help="requests in the stream (400)")
     args = parser.parse_args()
 
-    spec = _cluster(Path(tempfile.mkdtemp()) / "cpu2.yaml")
+    # Two one-core devices on the cores this process may use (the same core twice on one core).
+    spec = write_core_cluster(Path(tempfile.mkdtemp()) / "cpu2.yaml", 2, name="elastic-cpu-2")
     graph = capture_model(args.model, args.batch)
     first, second = _cut(graph, spec, len(graph.layers) // 3), _cut(graph, spec, 2 * len(graph.layers) // 3)
     options = RunOptions(cluster=str(spec), timeout=30.0, calibrate=False)

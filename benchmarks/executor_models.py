@@ -25,6 +25,7 @@ import time
 from pathlib import Path
 
 from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import RunOptions, run_plan
@@ -37,17 +38,14 @@ LARGE = ["gpt2", "bert-base", "vit-base", "resnet-50", "convnext-tiny"]
 
 
 def _cluster(folder: Path, k: int, target: str, gpus: int) -> Path:
-    cores = sorted(os.sched_getaffinity(0))
-    lines = [f"name: bench-{target}-{k}", "devices:"]
-    for d in range(k):
-        if target == "cpu":
-            lines.append(f"  - {{id: d{d}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 100GFLOPS, "
-                         f"mem_bandwidth: 15GB/s, cores: [{cores[d % len(cores)]}]}}")
-        else:
-            lines.append(f"  - {{id: d{d}, type: NVIDIA H100 80GB HBM3, host: localhost, memory: 80GiB, "
-                         f"peak_flops: 51.8TFLOPS, mem_bandwidth: 2977GB/s, gpu: {d % gpus}}}")
+    path, name = folder / f"{target}-{k}.yaml", f"bench-{target}-{k}"
+    if target == "cpu":
+        return write_core_cluster(path, k, name=name, id_prefix="d", peak_flops="100GFLOPS", mem_bandwidth="15GB/s",
+                                  latency="500us")
+    lines = [f"name: {name}", "devices:"]
+    lines += [f"  - {{id: d{d}, type: NVIDIA H100 80GB HBM3, host: localhost, memory: 80GiB, "
+              f"peak_flops: 51.8TFLOPS, mem_bandwidth: 2977GB/s, gpu: {d % gpus}}}" for d in range(k)]
     lines += ["topology:", "  intra_host: {bandwidth: 2GB/s, latency: 500us}"]
-    path = folder / f"{target}-{k}.yaml"
     path.write_text("\n".join(lines) + "\n")
     return path
 

@@ -39,6 +39,7 @@ import torch.multiprocessing as mp
 from torch.distributed.pipelining import PipelineStage, ScheduleGPipe, SplitPoint, pipeline
 
 from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.zoo import build_model, capture_model
 from pipeplan.executor import RunOptions, run_plan
 from pipeplan.executor.launch import free_port
@@ -62,11 +63,7 @@ def _cluster_file(folder: Path) -> tuple[str, str]:
     usable = sorted(os.sched_getaffinity(0))
     if {0, 1} <= set(usable):
         return "local-cpu", "local-cpu (cores 0, 1)"
-    path = folder / "cpu.yaml"
-    devices = "\n".join(f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 50GFLOPS, "
-                        f"mem_bandwidth: 10GB/s, cores: [{usable[k % len(usable)]}]}}" for k in range(2))
-    topology = "topology:\n  intra_host: {bandwidth: 2GB/s, latency: 50us}\n"
-    path.write_text(f"name: local-cpu\ndevices:\n{devices}\n{topology}")
+    path = write_core_cluster(folder / "cpu.yaml", 2, name="local-cpu", cores=usable)
     return str(path), f"cores {[usable[k % len(usable)] for k in range(2)]} (cores 0, 1 not all usable here)"
 
 

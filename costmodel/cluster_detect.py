@@ -13,6 +13,9 @@
 
 NVML (``nvidia-ml-py``) is optional: without it, GPU pairs get their PCIe default and the spec says
 so in its description.
+
+:func:`write_core_cluster` writes the unmeasured kind: N one-core devices on this process's cores with
+figures given, the cluster tests and benchmarks run stages on.
 """
 
 from __future__ import annotations
@@ -22,12 +25,13 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.hardware import Device
 
-__all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth"]
+__all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth", "write_core_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -178,3 +182,30 @@ def detect_cluster(name: str | None = None, *, gpus: bool = True, cores: Sequenc
     spec = {"name": name or f"{host}-detected", "description": description, "devices": devices,
             "topology": {"intra_host": _LOOPBACK}, "links": links}
     return Cluster.from_dict(spec)
+
+
+def write_core_cluster(path: str | Path, devices: int, *, name: str, cores: Sequence[int] | None = None,
+                       id_prefix: str = "cpu", memory: str | int = "8GiB", peak_flops: str = "50GFLOPS",
+                       mem_bandwidth: str = "10GB/s", latency: str = "50us") -> Path:
+    """Write a spec of ``devices`` one-core CPU devices (``cpu0``, ``cpu1`` … with ``id_prefix="cpu"``)
+    to ``path`` and return it.
+
+    Device k runs on ``cores[k % len(cores)]`` (default: the cores this process may use, so two
+    devices share a core on a one-core machine).  The figures are the ones given, not measured: the
+    cluster is known at once, as tests and benchmarks need.  Each device is one YAML flow mapping on
+    its own line (``cores: [c]``), so that a test can edit one device's entry as text.
+
+    >>> import tempfile
+    >>> spec = write_core_cluster(Path(tempfile.mkdtemp()) / "c.yaml", 2, name="two", cores=[0])
+    >>> [(d.id, d.cores) for d in Cluster.from_file(spec).devices]
+    [('cpu0', [0]), ('cpu1', [0])]
+    """
+    usable = sorted(os.sched_getaffinity(0)) if cores is None else list(cores)
+    lines = [f"name: {name}", "devices:"]
+    lines += [f"  - {{id: {id_prefix}{k}, type: cpu-core, host: localhost, memory: {memory}, peak_flops: "
+              f"{peak_flops}, mem_bandwidth: {mem_bandwidth}, cores: [{usable[k % len(usable)]}]}}"
+              for k in range(devices)]
+    lines += ["topology:", f"  intra_host: {{bandwidth: 2GB/s, latency: {latency}}}"]
+    path = Path(path)
+    path.write_text("\n".join(lines) + "\n")
+    return path

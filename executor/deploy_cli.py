@@ -138,7 +138,7 @@ def _switches_table(stats: DeploymentStats) -> Any:
 
 
 def _switch_arg(text: str | None) -> tuple[Plan, int] | None:
-    from pipeplan.cli import CliError
+    from pipeplan.cli_args import CliError
     from pipeplan.planner.plan import Plan
 
     if text is None:

@@ -31,26 +31,21 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from multiprocessing.connection import Connection
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pipeplan.costmodel.cluster import Cluster
-from pipeplan.executor.deploy_layout import LayoutOrders, StateIndex, layout_orders, stage_builds
-from pipeplan.executor.deploy_procs import DeviceProcess, start_device
-from pipeplan.executor.deploy_stage import Leave, Parked, Ready
-from pipeplan.executor.deploy_stats import LayerMove, SwitchRecord
+from pipeplan.executor.deploy_enter import LayoutEntry
+from pipeplan.executor.deploy_layout import StateIndex
+from pipeplan.executor.deploy_stage import Leave
+from pipeplan.executor.deploy_stats import SwitchRecord
 from pipeplan.executor.deploy_triggers import cluster_without, watch_drift
 from pipeplan.executor.errors import PlanMismatchError, RunError
-from pipeplan.executor.launch import free_port
-from pipeplan.executor.options import RunOptions, RunSetup, resolve
+from pipeplan.executor.options import RunOptions, RunSetup
 from pipeplan.executor.validate import check_plan
 from pipeplan.planner.plan import Plan
 
 if TYPE_CHECKING:
     from pipeplan.executor.deploy_batcher import Request, RequestQueue
-    from pipeplan.executor.deploy_options import ServeOptions
-    from pipeplan.executor.deploy_stats import Meter
 
 __all__ = ["Switching"]
 
@@ -59,20 +54,14 @@ log = logging.getLogger(__name__)
 _LEAVE_GRACE = 5.0  # seconds beyond the process group's timeout a process may take to leave a layout
 
 
-class Switching:
-    """The switching half of :class:`pipeplan.executor.deploy.Deployment` (state, jobs, triggers)."""
+class Switching(LayoutEntry):
+    """The switching half of :class:`pipeplan.executor.deploy.Deployment` (state, jobs, triggers);
+    entering the new layout is :class:`~pipeplan.executor.deploy_enter.LayoutEntry`'s."""
 
-    # What the deployment provides (pipeplan.executor.deploy).
-    plan: Plan
-    serving: ServeOptions
-    _lock: threading.Lock
-    _changed: threading.Condition
+    # What the deployment provides (pipeplan.executor.deploy), beyond what LayoutEntry names.
     _dispatch: threading.Lock
     _in_flight: dict[int, list[Request]]
     _queue: RequestQueue
-    _meter: Meter
-    _ended: threading.Event
-    _failure: BaseException | None
     _stopping: bool
     _threads: list[threading.Thread]
 
@@ -88,13 +77,8 @@ class Switching:
         self.source_state = self._index.tensors
         self._example_build = builds[0]
         self.cluster = Cluster.from_dict(setup.cluster)
-        self._devices: list[str] = [s.device for s in setup.stages]
-        self._procs: dict[str, DeviceProcess] = {}  # the live processes, by device
-        self._all_procs: list[DeviceProcess] = []  # every process started, for the supervisor
-        self._outboxes: dict[Connection, DeviceProcess] = {}
-        self._holdings: dict[str, set[str]] = {}  # device → the state keys its process holds
-        self._reports: dict[tuple[int, str], Ready | Parked] = {}
-        self._layout = -1
+        self._devices = [s.device for s in setup.stages]
+        self._init_layout()
         self._steps = itertools.count()
         self._epoch = time.perf_counter()
         self._jobs: queue.Queue[tuple[Any, ...] | None] = queue.Queue()
@@ -304,112 +288,3 @@ class Switching:
         current = Plan.from_dict(self.plan.to_dict())
         return replan(problem, current, Horizon.parse(horizon or self.serving.horizon), reload=self.serving.reload,
                       options=SolverOptions(time_limit=time_limit, workers=1))
-
-    def _start(self, builds: list[Any]) -> None:
-        orders = layout_orders(0, self._setup, builds, self._index, {}, init_method=_init_method(),
-                               epoch=self._epoch, first=True)
-        self._enter(orders, self._setup, self.plan, self.serving.start_timeout)
-
-    def _enter_plan(self, plan: Plan, why: str, started: float, held: float, drained: float,
-                    replayed: int) -> SwitchRecord:
-        if not self._procs and not self.cluster.devices:
-            raise RunError("no devices left to serve on")
-        path = Path(self._tmp.name) / f"cluster-{self._layout + 1}.json"
-        self.cluster.save(path)
-        setup = resolve(plan, dataclasses.replace(self._options, cluster=str(path)), local=True)
-        if setup.backend != "gloo" or any(s.gpu is not None for s in setup.stages):
-            raise RunError("a live switch moves state over gloo between CPU stages; this layout uses GPUs")
-        builds = stage_builds(self._captured, plan, self._example_build)
-        with self._lock:
-            holdings = {d: set(keys) for d, keys in self._holdings.items() if d in self._procs}
-        before = self.plan
-        orders = layout_orders(self._layout + 1, setup, builds, self._index, holdings, init_method=_init_method(),
-                               epoch=self._epoch)
-        readies = self._enter(orders, setup, plan, self.serving.start_timeout)
-        resumed = time.perf_counter()
-        old = before.assignment()
-        moves = [LayerMove(layer, old[layer] if old[layer] in holdings else "storage", device,
-                           self._captured.graph[layer].param_bytes)
-                 for layer, device in plan.assignment().items() if old.get(layer) != device]
-        record = SwitchRecord(
-            layout=orders.orders[setup.stages[0].device].number, at=started - self._epoch, why=why,
-            devices_before=[s.device for s in before.stages], devices_after=[s.device for s in plan.stages],
-            moves=moves, bytes_sent=sum(r.received for r in readies), bytes_reloaded=sum(r.reloaded for r in readies),
-            bytes_kept=sum(r.kept for r in readies),
-            model_bytes=sum(self._index.nbytes(k) for k in self._index.tensors),
-            pause=resumed - held, drain=drained - held, wait=held - started, replayed=replayed,
-            predicted_bottleneck=plan.bottleneck,
-            started=[d for d in orders.orders if d not in holdings], stopped=[*orders.stop,
-                                                                             *(d for d, o in orders.orders.items()
-                                                                               if o.stage is None)])
-        self._meter.switched(record, [s.device for s in setup.stages])
-        log.info("switched to layout %d (%s): %d layers moved, %d bytes sent, paused %.3fs", record.layout, why,
-                 len(moves), record.bytes_sent, record.pause)
-        return record
-
-    def _enter(self, orders: LayoutOrders, setup: RunSetup, plan: Plan, timeout: float) -> list[Ready]:
-        """Send the orders (starting processes for new devices) and wait for every one to answer."""
-        number = next(iter(orders.orders.values())).number
-        with self._lock:
-            for device in orders.orders:
-                if device not in self._procs:
-                    proc = start_device(device, setup, self._registrations())
-                    self._procs[device] = proc
-                    self._all_procs.append(proc)
-                    self._outboxes[proc.outbox] = proc
-            procs = dict(self._procs)
-        for device in orders.stop:
-            procs[device].send(_stop())
-        for device, order in orders.orders.items():
-            procs[device].send(order)
-        deadline = time.perf_counter() + timeout
-        with self._changed:
-            while True:
-                waiting = [d for d in orders.orders if not isinstance(self._reports.get((number, d)), Ready)]
-                gone = [d for d in waiting if not procs[d].alive()]
-                if not waiting or gone or self._ended.is_set():
-                    break
-                if time.perf_counter() > deadline:
-                    raise RunError(f"layout {number}: {', '.join(waiting)} not ready after {timeout:g}s "
-                                   "(ServeOptions.start_timeout)")
-                self._changed.wait(0.05)
-        if gone or self._ended.is_set():
-            if self._failure is not None:
-                raise self._failure
-            kind, result = procs[gone[0]].collect()
-            from pipeplan.executor.errors import StageFailure
-
-            stage = orders.orders[gone[0]].stage
-            raise StageFailure(stage if stage is not None else -1, gone[0], result["message"] if kind == "error"
-                               else "the process ended before its layout was ready", result.get("details", "")
-                               if isinstance(result, dict) else "")
-        readies = [r for d in orders.orders if isinstance(r := self._reports[(number, d)], Ready)]
-        with self._lock:
-            self._layout = number
-            self._setup, self.plan = setup, plan
-            self._devices = [s.device for s in setup.stages]
-            for device, order in orders.orders.items():
-                if order.stage is None:
-                    self._procs.pop(device, None)
-                    self._holdings.pop(device, None)
-                else:
-                    self._holdings[device] = set(order.attrs.values())
-            for device in orders.stop:
-                self._procs.pop(device, None)
-                self._holdings.pop(device, None)
-            self._reports = {k: v for k, v in self._reports.items() if k[0] > number}
-        return readies
-
-    def _registrations(self) -> list[str]:
-        from pipeplan.executor.source import registrations
-
-        return registrations(self._captured.program)
-
-def _init_method() -> str:
-    return f"tcp://127.0.0.1:{free_port()}"
-
-
-def _stop() -> Any:
-    from pipeplan.executor.deploy_stage import Stop
-
-    return Stop("no part in the new layout")

@@ -23,7 +23,7 @@ _SOURCE_KEYS = ("zoo", "factory", "seq_len", "image_size", "seed", "dtype")
 
 def extend_profile(parser: argparse.ArgumentParser) -> None:
     """Add MODEL and its options to the ``profile`` parser; without MODEL it runs the sweep as before."""
-    from pipeplan.cli import add_model_args
+    from pipeplan.cli_args import add_model_args
 
     add_model_args(parser, optional=True,
                    model_help="profile this model's every layer inside real forward passes instead of layer "
@@ -47,7 +47,7 @@ def extend_profile(parser: argparse.ArgumentParser) -> None:
 
 def _source(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
     """The model source and granularity MODEL names (a graph JSON carries the source it was captured from)."""
-    from pipeplan.cli import check_model_name
+    from pipeplan.cli_inputs import check_model_name
     from pipeplan.costmodel.source import source_spec
 
     text = args.model

@@ -16,7 +16,7 @@ __all__ = ["decision_text", "migration_table", "register_replan"]
 
 def register_replan(sub: Any) -> None:
     """Add the ``replan`` subcommand to the CLI's subparsers."""
-    from pipeplan.cli import _add_plan_args, add_model_args
+    from pipeplan.cli_args import add_model_args, add_plan_args
 
     p = sub.add_parser("replan", help="re-plan a running plan for a new cluster state, counting what moving costs",
                        description="Find the plan for the new cluster state (SPEC, --load) that minimises the "
@@ -24,7 +24,7 @@ def register_replan(sub: Any) -> None:
                        "horizon; keep the current plan when no move pays. MODEL defaults to the model the "
                        "plan records (a zoo name or factory).")
     add_model_args(p, optional=True)
-    _add_plan_args(p)
+    add_plan_args(p)
     p.add_argument("--plan", required=True, metavar="CURRENT.json", help="the plan serving now")
     p.add_argument("--horizon", required=True, metavar="H",
                    help="how long the new plan serves before the next change: 10m, 2h, 90s (counted at the "
@@ -41,7 +41,7 @@ def register_replan(sub: Any) -> None:
 
 def _model_from_plan(args: argparse.Namespace, current: Plan) -> None:
     """Without MODEL, the model the current plan was made for, at its batch and granularity."""
-    from pipeplan.cli import CliError
+    from pipeplan.cli_args import CliError
 
     if args.model is not None:
         return
@@ -59,7 +59,8 @@ def _model_from_plan(args: argparse.Namespace, current: Plan) -> None:
 
 
 def cmd_replan(args: argparse.Namespace) -> None:
-    from pipeplan.cli import _console, _problem
+    from pipeplan.cli_args import rich_console
+    from pipeplan.cli_inputs import read_problem
     from pipeplan.planner.migration import Reload
     from pipeplan.planner.plan import Plan
     from pipeplan.planner.replan import replan
@@ -67,9 +68,9 @@ def cmd_replan(args: argparse.Namespace) -> None:
 
     current = Plan.load(args.plan)
     _model_from_plan(args, current)
-    problem, solver = _problem(args)
+    problem, solver = read_problem(args)
     reload = Reload.of(args.reload_bandwidth, args.reload_latency, args.shared_reload)
-    console = _console()
+    console = rich_console()
     console.print(f"re-planning {problem.graph.model} from {args.plan} onto {problem.cluster.name} "
                   f"({problem.n_devices} devices), horizon {args.horizon}, time limit {solver.time_limit:g}s …")
     plan = replan(problem, current, args.horizon, reload=reload, options=solver)

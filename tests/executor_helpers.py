@@ -3,7 +3,6 @@ and a model whose middle layer raises when it runs (but exports fine)."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -12,6 +11,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.cluster import Cluster, load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.planner.plan import Certificate, Plan
 from pipeplan.planner.problem import PlanOptions, Problem
@@ -21,14 +21,7 @@ from pipeplan.planner.simulate import make_plan
 def cpu_cluster(path: Path, devices: int) -> Path:
     """A ``local-cpu``-like spec with ``devices`` one-core devices, on the cores this process may use
     (cycled when there are fewer cores than devices), written to ``path``."""
-    cores = sorted(os.sched_getaffinity(0))
-    lines = [f"name: test-cpu-{devices}", "devices:"]
-    for k in range(devices):
-        lines.append(f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: 8GiB, peak_flops: 50GFLOPS, "
-                     f"mem_bandwidth: 10GB/s, cores: [{cores[k % len(cores)]}]}}")
-    lines += ["topology:", "  intra_host: {bandwidth: 2GB/s, latency: 50us}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    return write_core_cluster(path, devices, name=f"test-cpu-{devices}")
 
 
 def plan_with_cuts(graph: ModelGraph, cluster_path: Path, first_layers: Sequence[str],

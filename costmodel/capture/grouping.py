@@ -1,0 +1,133 @@
+"""Which exported operators form one layer: the grouping rules of :mod:`pipeplan.costmodel.capture`.
+
+Every live operator first joins a group (its module's call, or a run of functional glue of one
+scope), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
+a module's repeated calls, glue computed from the inputs alone, zero-FLOP glue with one producer
+or one consumer.  :mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import networkx as nx
+import torch
+
+from pipeplan.costmodel.capture.features import OpStats
+from pipeplan.costmodel.capture.owners import Owners
+
+__all__ = ["Group", "Grouping", "UnionFind", "group_operators"]
+
+
+@dataclass
+class Group:
+    """Operators that become one layer, unless the union-find below merges the group into another."""
+
+    gid: int
+    functional: bool
+    path: str  # module path for module groups, scope for functional ones
+    call: int  # which call of the module (0 for the first)
+    ops: list[torch.fx.Node] = field(default_factory=list)
+
+
+class UnionFind:
+    """Which group each group was merged into; ``find`` compresses paths as it goes."""
+
+    def __init__(self) -> None:
+        self.parent: dict[int, int] = {}
+
+    def find(self, x: int) -> int:
+        root = x
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while x != root:
+            self.parent[x], x = root, self.parent.get(x, x)
+        return root
+
+    def union(self, into: int, other: int) -> None:
+        self.parent[self.find(other)] = self.find(into)
+
+
+class Grouping(NamedTuple):
+    """What :func:`group_operators` decided."""
+
+    groups: list[Group]
+    union: UnionFind  # group id → the group it was merged into (a layer is one root)
+    assign: dict[str, int]  # operator node name → its group id, before merging
+
+
+def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, OpStats]) -> Grouping:
+    """Group the live operators ``ops`` as ``owners`` decides, then merge groups where the rules allow."""
+    # -- assign every operator to a group ---------------------------------------------------
+    groups: list[Group] = []
+    module_groups: dict[tuple[str, int], Group] = {}
+    assign: dict[str, int] = {}
+    for n in ops:
+        functional, path, call = owners.owner(n)
+        if not functional:
+            group = module_groups.get((path, call))
+            if group is None:
+                group = module_groups[(path, call)] = Group(len(groups), False, path, call)
+                groups.append(group)
+        else:
+            producers = {assign[a.name] for a in n.all_input_nodes if a.name in assign}
+            single = groups[producers.pop()] if len(producers) == 1 else None
+            if single is not None and single.functional and single.path == path:
+                group = single
+            else:
+                group = Group(len(groups), True, path, 0)
+                groups.append(group)
+        group.ops.append(n)
+        assign[n.name] = group.gid
+
+    uf = UnionFind()
+    raw_edges = {(assign[a.name], assign[n.name]) for n in ops for a in n.all_input_nodes
+                 if a.name in assign and assign[a.name] != assign[n.name]}
+
+    def quotient() -> nx.DiGraph:
+        q = nx.DiGraph()
+        q.add_nodes_from({uf.find(g.gid) for g in groups})
+        q.add_edges_from((uf.find(u), uf.find(v)) for u, v in raw_edges if uf.find(u) != uf.find(v))
+        return q
+
+    # -- a module called more than once: one layer, unless that would make a cycle ----------
+    calls: dict[str, list[Group]] = defaultdict(list)
+    for g in groups:
+        if not g.functional:
+            calls[g.path].append(g)
+    for gs in calls.values():
+        for g in gs[1:]:
+            saved = dict(uf.parent)
+            uf.union(gs[0].gid, g.gid)
+            if not nx.is_directed_acyclic_graph(quotient()):
+                uf.parent = saved
+
+    # -- glue computed from the inputs alone (masks, position ids) becomes one layer per
+    # connected piece.  Such a set is closed under ancestors, so contracting it keeps a DAG.
+    q = quotient()
+    flops = {g.gid: sum(stats[n.name].flops for n in g.ops) for g in groups}
+    glue = {g.gid for g in groups if g.functional and flops[g.gid] == 0}
+    pure = {gid for gid in nx.topological_sort(q)
+            if gid in glue and all(p in glue for p in q.predecessors(gid))}
+    pure = {gid for gid in pure if nx.ancestors(q, gid) <= pure}
+    for piece in nx.weakly_connected_components(q.subgraph(pure)):
+        first, *rest = sorted(piece)
+        for gid in rest:
+            uf.union(first, gid)
+
+    # -- attach zero-FLOP functional glue to its only producer or only consumer -------------
+    q = quotient()
+    for g in groups:
+        if not g.functional or uf.find(g.gid) != g.gid or flops[g.gid] > 0:
+            continue
+        preds, succs = list(q.predecessors(g.gid)), list(q.successors(g.gid))
+        target = preds[0] if len(preds) == 1 else succs[0] if not preds and len(succs) == 1 else None
+        if target is None:
+            continue
+        uf.union(target, g.gid)
+        q = nx.contracted_nodes(q, target, g.gid, self_loops=False, copy=False)
+
+
+    return Grouping(groups, uf, assign)
