@@ -239,7 +239,8 @@ def _harvest(body: PlanCreate | CompareCreate, cluster: ClusterState, options: P
                            "the memory margin", [*loc, "reserved", device])
     try:
         return HarvestOptions(tuple(asked.lenders) if asked.lenders is not None else None, asked.host_memory,
-                              asked.host_bandwidth, asked.host_latency, tuple(sorted(asked.reserved.items())))
+                              asked.host_bandwidth, asked.host_latency, tuple(sorted(asked.reserved.items())),
+                              asked.fetch)
     except PlanError as exc:  # the schema has read every value: a rule of the planner's own
         raise ApiError(422, str(exc), loc) from None
 

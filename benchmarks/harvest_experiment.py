@@ -35,6 +35,7 @@ from pathlib import Path
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.units import format_bytes
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions, run_plan
@@ -44,18 +45,6 @@ from pipeplan.planner.harvest_solve import solve_harvest
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanError, PlanOptions, Problem
-
-
-def write_cluster(path: Path, memory: int, link: str = "2GB/s") -> Path:
-    """Three one-core devices with ``memory`` bytes each, on the usable cores, one host, linked at ``link``."""
-    cores = sorted(os.sched_getaffinity(0))
-    lines = ["name: harvest-cpu3", "devices:"]
-    for k in range(3):
-        lines.append(f"  - {{id: cpu{k}, type: cpu-core, host: localhost, memory: {memory}, peak_flops: 50GFLOPS, "
-                     f"mem_bandwidth: 10GB/s, cores: [{cores[k % len(cores)]}]}}")
-    lines += ["topology:", f"  intra_host: {{bandwidth: {link}, latency: 50us}}"]
-    path.write_text("\n".join(lines) + "\n")
-    return path
 
 
 def _ms(seconds: float | None) -> str:
@@ -85,7 +74,8 @@ def main() -> None:
     workspace = max(probe.workspace)
     memory = int((workspace + args.share * (whole - workspace)) / (1 - options.memory_margin))
     root = Path(tempfile.mkdtemp(prefix="harvest-"))
-    spec = write_cluster(root / "cluster.yaml", memory, args.link_bandwidth)
+    spec = write_core_cluster(root / "cluster.yaml", 3, name="harvest-cpu3", memory=memory,
+                              bandwidth=args.link_bandwidth)
     cluster = load_cluster(str(spec))
     solver = SolverOptions(time_limit=args.time_limit, workers=1, seed=0)
     print(f"{args.model} (batch {args.batch}, {len(graph.layers)} layers, {format_bytes(graph.total_param_bytes)} of "

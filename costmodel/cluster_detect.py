@@ -186,7 +186,7 @@ def detect_cluster(name: str | None = None, *, gpus: bool = True, cores: Sequenc
 
 def write_core_cluster(path: str | Path, devices: int, *, name: str, cores: Sequence[int] | None = None,
                        id_prefix: str = "cpu", memory: str | int = "8GiB", peak_flops: str = "50GFLOPS",
-                       mem_bandwidth: str = "10GB/s", latency: str = "50us") -> Path:
+                       mem_bandwidth: str = "10GB/s", latency: str = "50us", bandwidth: str = "2GB/s") -> Path:
     """Write a spec of ``devices`` one-core CPU devices (``cpu0``, ``cpu1`` … with ``id_prefix="cpu"``)
     to ``path`` and return it.
 
@@ -205,7 +205,7 @@ def write_core_cluster(path: str | Path, devices: int, *, name: str, cores: Sequ
     lines += [f"  - {{id: {id_prefix}{k}, type: cpu-core, host: localhost, memory: {memory}, peak_flops: "
               f"{peak_flops}, mem_bandwidth: {mem_bandwidth}, cores: [{usable[k % len(usable)]}]}}"
               for k in range(devices)]
-    lines += ["topology:", f"  intra_host: {{bandwidth: 2GB/s, latency: {latency}}}"]
+    lines += ["topology:", f"  intra_host: {{bandwidth: {bandwidth}, latency: {latency}}}"]
     path = Path(path)
     path.write_text("\n".join(lines) + "\n")
     return path

@@ -88,6 +88,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="with --harvest: the host link's bandwidth, shared by its devices (12GB/s: PCIe)")
     p.add_argument("--reserve", action="append", default=[], metavar="DEV=SIZE",
                    help="with --harvest: memory other work holds on a device (repeatable)")
+    p.add_argument("--fetch", choices=("microbatch", "batch"), default="microbatch",
+                   help="with --harvest: fetch a borrowed layer each microbatch (default), or once per batch (the "
+                        "borrowing stage runs its batch layer by layer, holding all its microbatches' activations)")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
     add_costmodel_arg(p)
     p.add_argument("--workers", type=int, metavar="N", help="solver threads (default: all cores)")

@@ -151,8 +151,8 @@ def read_harvest_options(args: argparse.Namespace) -> HarvestOptions | None:
     from pipeplan.planner.harvest import HarvestOptions
 
     if not args.harvest:
-        if args.lender or args.reserve or args.host_memory != "0":
-            raise CliError("--lender, --reserve and --host-memory need --harvest")
+        if args.lender or args.reserve or args.host_memory != "0" or args.fetch != "microbatch":
+            raise CliError("--lender, --reserve, --host-memory and --fetch need --harvest")
         return None
     return HarvestOptions(lenders=tuple(args.lender) if args.lender else None, host_memory=args.host_memory,
-                          host_bandwidth=args.host_bandwidth, reserved=tuple(args.reserve))
+                          host_bandwidth=args.host_bandwidth, reserved=tuple(args.reserve), fetch=args.fetch)

@@ -15,7 +15,7 @@ carry the fetches.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
 
@@ -65,7 +65,8 @@ DeviceId = Annotated[str, Field(min_length=1, max_length=128, description="a dev
 
 class HarvestIn(Strict):
     """Let stages keep weights in other devices' (or their host's) spare memory, fetched each
-    microbatch (pipeplan.planner.harvest.HarvestOptions; docs/planner.md, "Harvesting spare memory")."""
+    microbatch or once per batch (pipeplan.planner.harvest.HarvestOptions; docs/planner.md, "Harvesting
+    spare memory")."""
 
     lenders: list[DeviceId] | None = Field(
         None, max_length=4096, description="devices that may lend (--lender); null: every device of the cluster")
@@ -77,6 +78,10 @@ class HarvestIn(Strict):
         default_factory=dict, max_length=4096,
         description="device → bytes other work holds there (--reserve DEV=SIZE): kept out of its stage and "
                     "of what it lends")
+    fetch: Literal["microbatch", "batch"] = Field(
+        "microbatch", description="how often a borrower fetches a borrowed layer (--fetch): each microbatch, or once "
+                                  "per batch (its stage runs the batch layer by layer and holds all its microbatches' "
+                                  "activations)")
 
 
 class LoanDoc(BaseModel):
@@ -90,8 +95,8 @@ class LoanDoc(BaseModel):
 class ChannelDoc(BaseModel):
     source: str = Field(..., description="the lender")
     target: str = Field(..., description="the borrowing device, or '*' for a host link its devices share")
-    bytes: int = Field(..., description="fetched per microbatch")
-    seconds: float | None = Field(..., description="latency + bytes / bandwidth, per microbatch")
+    bytes: int = Field(..., description="fetched per round: each microbatch, or each batch with fetch 'batch'")
+    seconds: float | None = Field(..., description="latency + bytes / bandwidth, per round")
     bandwidth: float | None = Field(..., description="bytes/s of the link")
 
 

@@ -112,7 +112,25 @@ def test_reservations_and_the_host_tier_reach_the_planner(client: TestClient) ->
         assert row["own"] + row["lent"] + row["reserved"] + row["free"] == row["capacity"], row
 
 
+def test_fetching_once_per_batch_reaches_the_planner(client: TestClient) -> None:
+    # 1 ms of compute a layer (10**6 FLOPs), three layers' weights (3 GB) from d1 at 100 GB/s: 30 ms a
+    # round of fetches. Fetched each microbatch that round is the bottleneck; once per batch of four
+    # microbatches it is 7.5 ms a microbatch.
+    def plan(fetch: str) -> dict[str, Any]:
+        request = body(f"batched-{fetch}", 10**6, harvest={"fetch": fetch})
+        request["options"]["microbatches"] = 4
+        made = client.post("/v1/plans", json=request)
+        assert made.status_code == 201, made.text
+        return made.json()["plan"]
+
+    each, once = plan("microbatch"), plan("batch")
+    assert each["bottleneck"] == pytest.approx(0.030) and once["bottleneck"] == pytest.approx(0.0075)
+    assert once["harvest"]["options"]["fetch"] == "batch" and each["harvest"]["options"]["fetch"] == "microbatch"
+    assert [s["fetch"] for s in once["harvest"]["stages"]] == [pytest.approx(0.0075)]
+
+
 @pytest.mark.parametrize(("harvest", "loc", "message"), [
+    ({"fetch": "layer"}, ["body", "harvest", "fetch"], "'microbatch' or 'batch'"),
     ({"lenders": ["d1", "gpu9"]}, ["body", "harvest", "lenders", 1], "'gpu9' is not a device of the cluster"),
     ({"reserved": {"gpu9": "1GB"}}, ["body", "harvest", "reserved", "gpu9"], "not a device of the cluster"),
     ({"reserved": {"d1": "5GB"}}, ["body", "harvest", "reserved", "d1"], "more than the 4000000000 it offers"),

@@ -35,5 +35,12 @@ def test_a_model_that_fits_nowhere_plans_by_borrowing_the_hosts_memory(tmp_path:
     assert placed == {f"l{i}" for i in range(10)} and plan["certificate"]["status"] == "OPTIMAL"
     assert len(loans) == 6  # ten layers, two of its own on each device
 
+    batched = run(*common, "--harvest", "--host-memory", "8GiB", "--fetch", "batch", "--out", str(out))
+    assert batched.returncode == 0, batched.stderr
+    assert "loans, fetched each batch" in batched.stdout
+    assert json.loads(out.read_text())["harvest"]["options"]["fetch"] == "batch"
+
     misused = run(*common, "--host-memory", "8GiB")
+    assert misused.returncode == 2 and "need --harvest" in misused.stderr
+    misused = run(*common, "--fetch", "batch")
     assert misused.returncode == 2 and "need --harvest" in misused.stderr
