@@ -20,7 +20,11 @@ A solve has four steps, each a method of ``_Solve``; none changes what the optim
    known as a complete hint.
 4. **Tie-break** (:mod:`pipeplan.planner.ilp_exact`): among plans of the optimal bottleneck, the one with
    the fewest devices, then the lowest latency: step 3's model with a new objective where CP-SAT
-   ran, else a new model unless building it would take more than half its time.
+   ran, else a new model unless building it would take more than half its time.  Where CP-SAT did
+   not run, the stage program's own tie-break comes first (fewest devices, then the least sum of
+   high charges, over chains of stages each within the bottleneck:
+   :meth:`pipeplan.planner.bound.BoundProgram.fewest`), cheap enough for leaf graphs, whose CP-SAT
+   model is usually too slow to build.
 
 The user's constraints (pins, keep-together groups, forbidden devices; :mod:`pipeplan.planner.constraints`)
 and the per-edge transfer rule enter the CP-SAT model only (:mod:`pipeplan.planner.ilp_constraints`).  Steps
@@ -57,7 +61,7 @@ from pipeplan.planner.ilp_scale import at_scale, solve_at_scale
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.plan import Certificate, Plan, SolverDetails, relative_gap
 from pipeplan.planner.problem import PlanError, Problem
-from pipeplan.planner.simulate import make_plan
+from pipeplan.planner.simulate import evaluate, make_plan
 
 __all__ = ["SolverOptions", "interchangeable", "solve"]
 
@@ -66,7 +70,8 @@ log = logging.getLogger(__name__)
 _PROGRAM_SHARE = 0.5  # of the time limit, at most, for the stage program before CP-SAT
 # From this many layers × devices, an unconstrained throughput solve runs the stage program before
 # the baselines: it starts at the price bound and finds a plan, while the chain DP among the
-# baselines is O(n²K) (1.2–2 s of a 70B decoder's solve); the baselines run if it finds none.
+# baselines is O(n·w·K), w the longest chunk that fits (0.3–0.8 s on a 70B decoder's 1,605 leaf
+# layers); the baselines run if it finds none.
 _COLD_FIRST_CELLS = 2_000
 
 
@@ -156,7 +161,7 @@ class _Solve:
     def warm_start(self) -> None:
         """The best baseline, unless the stage program goes first (large unconstrained throughput
         problems: it starts at the price bound and finds a plan, and the baselines' chain DP is
-        O(n²K))."""
+        O(n·w·K))."""
         if self.opts.warm_start and not self.cold_first:
             self._take_baseline()
 
@@ -253,6 +258,12 @@ class _Solve:
 
         objective = plan.objective_value
         optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE
+        if optimal and opts.tie_break and self.throughput and self.model is None and len(plan.stages) > 1:
+            better, note = self._fewest(plan)  # cheap, and CP-SAT's own tie-break may skip the graph
+            info.passes.append(note)
+            if better is not plan:
+                plan, info.solution = better, info.solution + "; tie-break"
+                objective = plan.objective_value
         if optimal and opts.tie_break and self.throughput and len(plan.stages) > 1 and limit().time_limit > 0:
             better, note = tie_break(problem, plan, self.model_classes, limit(), self.model, self.costs)
             info.passes.append(note)
@@ -264,6 +275,29 @@ class _Solve:
                                        0.0 if optimal else relative_gap(objective, bound),
                                        time.perf_counter() - self.started, solver=info)
         return plan
+
+    def _fewest(self, plan: Plan) -> tuple[Plan, str]:
+        """The stage program's tie-break (:meth:`pipeplan.planner.bound.BoundProgram.fewest`): its
+        plan if the simulator finds it valid, its bottleneck no worse, and it uses fewer devices or
+        as many at a lower latency; and a note of what happened."""
+        started = time.perf_counter()
+        problem, search = self.problem, self.search
+        if search is None or self.incumbent.ticks is None:
+            return plan, "stage-program tie-break: skipped: no stage program"
+        found = search.program.fewest(self.incumbent.ticks, self.started + self.opts.time_limit)
+        best, outcome = plan, "none"
+        if found is not None and found.dev_of:
+            order = [problem.devices[d] for d in found.order]
+            ev = evaluate(problem, found.dev_of, order)
+            outcome = f"{len(order)} devices, latency {ev.latency:.6g} s{'; ' + ev.violation if ev.violation else ''}"
+            if (ev.violation is None and ev.bottleneck <= plan.bottleneck
+                    and (len(order), ev.latency) < (len(plan.stages), plan.latency * (1 - 1e-9))):
+                best = make_plan(problem, found.dev_of, Certificate("ilp", "OPTIMAL", 0.0), order=order)
+        note = (f"stage-program tie-break: {'FOUND' if found is not None else 'TIMEOUT'} in "
+                f"{time.perf_counter() - started:.2f}s ({outcome}), {len(plan.stages)} → {len(best.stages)} devices, "
+                f"latency {plan.latency:.6g} → {best.latency:.6g} s")
+        log.info("%s", note)
+        return best, note
 
     def _origin(self, plan: Plan) -> str:
         return f"warm start ({plan.method})" if plan is self.baseline else "stage program"

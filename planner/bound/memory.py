@@ -32,16 +32,31 @@ def fitting(member: np.ndarray, memory: np.ndarray, top: np.ndarray, workspace: 
     least = base + np.where(holds_last, workspace[np.maximum(last, 0)], 0)
     most = base + top[dst]
     out = fits.copy()
-    exact: dict[int, int] = {}
     chunk = max(1, cells // max(member.shape[1], 1))  # stages per step: bounded memory
+    exact = np.full(len(src), -1, dtype=np.int64)  # a stage's memory with its largest workspace, once found
+    sizes = np.unique(workspace[workspace > 0])[::-1]
+    holders = [np.flatnonzero(workspace == size) for size in sizes.tolist()]
     for c, cap in enumerate(capacities):
         out[c] &= least <= cap
         rows = np.flatnonzero(out[c] & (most > cap))
-        todo = np.array([j for j in rows.tolist() if j not in exact], dtype=np.int64)
+        todo = rows[exact[rows] < 0]
         for lo in range(0, len(todo), chunk):
             part = todo[lo:lo + chunk]
-            inside = member[dst[part]] & ~member[src[part]]
-            found = base[part] + np.where(inside, workspace[None, :], 0).max(axis=1)
-            exact.update(zip(part.tolist(), found.tolist(), strict=True))
-        out[c, rows] = np.array([exact[j] <= cap for j in rows.tolist()], dtype=bool)
+            exact[part] = base[part] + _largest(member, src[part], dst[part], sizes, holders)
+        out[c, rows] = exact[rows] <= cap
     return out
+
+
+def _largest(member: np.ndarray, src: np.ndarray, dst: np.ndarray, sizes: np.ndarray,
+             holders: list[np.ndarray]) -> np.ndarray:
+    """The largest workspace in each stage S → T (0 when none): the first of ``sizes`` (descending)
+    that one of its ``holders`` (the layers with that workspace) in T \\ S has."""
+    found = np.zeros(len(src), dtype=np.int64)
+    open_ = np.arange(len(src))  # the stages whose largest workspace is not found yet
+    for size, layers in zip(sizes.tolist(), holders, strict=True):
+        if not len(open_):
+            break
+        hit = (member[np.ix_(dst[open_], layers)] & ~member[np.ix_(src[open_], layers)]).any(axis=1)
+        found[open_[hit]] = size
+        open_ = open_[~hit]
+    return found

@@ -37,7 +37,7 @@ import numpy as np
 
 from pipeplan.planner.bound import limits as _limits
 from pipeplan.planner.bound.caches import Caches
-from pipeplan.planner.bound.candidates import candidate_stages
+from pipeplan.planner.bound.candidates import candidate_stages, lattice
 from pipeplan.planner.bound.charges import INF, Charges
 from pipeplan.planner.bound.held import HeldStages, HeldTables, held_tables
 from pipeplan.planner.bound.limits import Limits
@@ -119,11 +119,14 @@ class BoundProgram:
         windows then keep few stages, where no ceiling would keep them all (2.9 million on Llama-2
         7B).  Values stay bounds: a ceiling only makes stages above it impossible (the value is then
         at most the ceiling, and no plan is below it)."""
+        shared = lattice(problem, costs, classes, limits)
+        if shared is None:
+            return None
         prices = Prices.of(problem, costs, classes)
         floor = max(prices.bound(), 1)
         step = _FIRST_STEP
         while (ceiling := math.ceil(floor * (1 + step))) < costs.horizon:
-            stages = candidate_stages(problem, costs, classes, ceiling, limits, deadline, prices=prices)
+            stages = candidate_stages(problem, costs, classes, ceiling, limits, deadline, prices=prices, shared=shared)
             if stages is None:
                 return None
             program = cls(problem, costs, classes, stages, ceiling, limits)
@@ -133,7 +136,7 @@ class BoundProgram:
             if found.dev_of:
                 return program
             step *= 2
-        stages = candidate_stages(problem, costs, classes, INF, limits, deadline, use_windows=False)
+        stages = candidate_stages(problem, costs, classes, INF, limits, deadline, use_windows=False, shared=shared)
         return None if stages is None else cls(problem, costs, classes, stages, INF, limits)
 
     def tighten(self, upper: int) -> None:
@@ -179,9 +182,39 @@ class BoundProgram:
         chain = self._read_back(walk, state, full, tables)
         return StageBound(value, *place_chain(self.problem, self.costs, self.classes, self.stages, chain))
 
-    def _forward(self, round_: Round, tables: HeldTables | None, deadline: float | None) -> _Walk | None:
+    def fewest(self, limit: int, deadline: float | None = None) -> StageBound | None:
+        """Among the chains whose every stage costs at most ``limit`` ticks under high charges (real
+        plans of bottleneck at most ``limit``, layers with no edges aside), one with the fewest
+        devices, then the least sum of those charges (over the sum of its stage times, so over its
+        latency less (M − 1)·bottleneck): the tie-break among optimal plans where CP-SAT's would
+        cost too much (:mod:`pipeplan.planner.ilp_exact`).  Its value is that sum; an empty chain
+        when none; None past ``deadline``.  O(P·s), one run of the program."""
+        round_ = Round(Charging.HIGH, refined=self.links.differ)
+        walk = self._forward(round_, None, deadline, limit)
+        if walk is None:
+            return None
+        full = self.ideals - 1
+        finals = [(sum(s.used), int(arr[full]), s) for s, arr in walk.best.items()
+                  if s not in walk.firsts and arr[full] < INF and s.finished]
+        if not finals:
+            return StageBound(limit)
+        _, total, state = min(finals)
+        chain = self._read_back(walk, state, full, None, limit)
+        return StageBound(total, *place_chain(self.problem, self.costs, self.classes, self.stages, chain))
+
+    @staticmethod
+    def _step(before: np.ndarray, cost: np.ndarray, limit: int | None) -> np.ndarray:
+        """A chain's value after one more stage: the larger of the two, or with ``limit`` their sum
+        where the stage costs at most ``limit`` (else impossible)."""
+        if limit is None:
+            return np.maximum(before, cost)
+        return np.where((cost <= limit) & (before < INF), before + cost, INF)
+
+    def _forward(self, round_: Round, tables: HeldTables | None, deadline: float | None,
+                 limit: int | None = None) -> _Walk | None:
         """Every state the round's chains reach, level by level (one more stage each), with the
-        least bottleneck of a chain to each ideal; None past ``deadline``."""
+        least bottleneck of a chain to each ideal (with ``limit``: the least sum over the chains of
+        stages at most ``limit``, :meth:`_step`); None past ``deadline``."""
         n_ideals = self.ideals if tables is None else tables.size
         start = np.full(n_ideals, INF, dtype=np.int64)
         start[0] = 0
@@ -199,7 +232,7 @@ class BoundProgram:
                     cs, cost = self._table(key, tables)
                     if not len(cs.src):
                         continue
-                    vals = np.maximum(best[state][cs.src], cost)
+                    vals = self._step(best[state][cs.src], cost, limit)
                     mins = np.minimum.reduceat(vals, cs.starts)
                     if mins.min() >= INF:
                         continue
@@ -212,8 +245,8 @@ class BoundProgram:
             level = following
         return walk
 
-    def _read_back(self, walk: _Walk, state: State, full: int,
-                   tables: HeldTables | None) -> list[tuple[int, int, int]]:
+    def _read_back(self, walk: _Walk, state: State, full: int, tables: HeldTables | None,
+                   limit: int | None = None) -> list[tuple[int, int, int]]:
         """One chain that reaches ``state``'s value at the whole graph, as (class, ideal before,
         ideal after) per stage in pipeline order."""
         chain: list[tuple[int, int, int]] = []
@@ -222,7 +255,7 @@ class BoundProgram:
             for before, key in walk.incoming[state]:
                 cs, cost = self._table(key, tables)
                 lo, hi = np.searchsorted(cs.dst, cur, side="left"), np.searchsorted(cs.dst, cur, side="right")
-                vals = np.maximum(walk.best[before][cs.src[lo:hi]], cost[lo:hi])
+                vals = self._step(walk.best[before][cs.src[lo:hi]], cost[lo:hi], limit)
                 hits = np.flatnonzero(vals == walk.best[state][cur])
                 if len(hits):
                     frm = int(cs.src[lo + hits[0]])

@@ -54,6 +54,10 @@ def brute_force(problem: Problem) -> float:
     return best
 
 
+def score_of(plan: Plan, objective: str) -> float:
+    return plan.latency if objective == "latency" else plan.bottleneck
+
+
 def chunks(plan: Plan) -> list[list[str]]:
     return [stage.layers for stage in plan.stages]
 
@@ -141,6 +145,38 @@ def test_chain_dp_is_exact_among_in_order_splits_on_a_heterogeneous_cluster() ->
     plan = chain_dp(problem)
     assert plan.certificate.status == "HEURISTIC"
     assert plan.bottleneck == brute_force(problem)
+
+
+@pytest.mark.parametrize("objective", ["throughput", "latency"])
+def test_chain_dp_is_exact_when_memory_bounds_the_chunk_length(objective: str) -> None:
+    # At most 3 of these layers fit a device, so the DP keeps chunks of up to 3 layers only (its band).
+    from pipeplan.planner.baselines import _Chunks
+
+    graph = make_chain([3, 1, 4, 1, 5, 9, 2, 6, 5], [2, 7, 1, 8, 2, 8, 1, 8], [4, 3, 3, 4, 2, 3, 4, 3, 3])
+    links = [{"a": "d0", "b": "d1", "bandwidth": 2e9, "latency": 0},
+             {"a": "d2", "b": "d3", "bandwidth": 0.5e9, "latency": 0}]
+    problem = make_problem(graph, make_cluster((1e9, 2e9, 1e9, 3e9), memory=10, links=links), objective=objective)
+    assert _Chunks(problem, 4).width == 3
+    plan = chain_dp(problem)
+    assert score_of(plan, objective) == brute_force(problem)
+    assert score_of(plan, objective) == pytest.approx(8.0 if objective == "throughput" else 155 / 3, rel=1e-12)
+    assert chunks(plan) == [["l0", "l1", "l2"], ["l3", "l4", "l5"], ["l6"], ["l7", "l8"]]
+
+
+def test_chain_dp_estimates_bound_skip_edges_longer_than_a_chunk() -> None:
+    from pipeplan.planner.baselines import _Chunks, _solve  # the documented bounds of the two estimates
+
+    graph = make_chain([2, 1, 1, 1, 1, 2], [1, 1, 1, 1, 1], [1, 1, 1, 1, 1, 1])
+    graph.add_edge("a", "f", 3 * G)  # spans 5 boundaries; no chunk holds more than 2 layers
+    graph.add_edge("b", "e", 2 * G)
+    problem = make_problem(graph, make_cluster((1e9, 1e9, 1e9, 1e9), memory=2))
+    chunks = _Chunks(problem, 4)
+    assert chunks.width == 2
+    low, _ = _solve(chunks.costs(pessimistic=False), problem.n_layers)
+    high, bounds = _solve(chunks.costs(pessimistic=True), problem.n_layers)
+    simulated = evaluate(problem, on_devices(problem, bounds)).bottleneck
+    assert (low, high, simulated) == (4.0, 6.0, 6.0)
+    assert chain_dp(problem).bottleneck == simulated
 
 
 @pytest.mark.parametrize(("cluster", "graph"), [

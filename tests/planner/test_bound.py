@@ -6,12 +6,15 @@ from __future__ import annotations
 import dataclasses
 import time
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from pipeplan.planner.bound import LIMITS, BoundProgram, Charging, Incumbent, Round, Search
 from pipeplan.planner.bound import limits as bound_limits
+from pipeplan.planner.bound.candidates import lattice
+from pipeplan.planner.bound.memory import fitting
 from pipeplan.planner.ilp import interchangeable, solve
 from pipeplan.planner.ilp_ticks import Ticks
 from pipeplan.planner.problem import PlanOptions, Problem
@@ -108,3 +111,40 @@ def test_the_search_proves_the_optimum_from_no_plan() -> None:
     assert search.gap_closed() and search.lower == optimum
     assert best.plan is not None and best.ticks == optimum
     assert best.plan.certificate.method == "ilp"  # the program's own chain, scored by the simulator
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.one_of(problems(), broadcast_problems()))
+def test_chain_counts_of_the_lattice_are_the_chain_members_in_each_ideal(problem: Problem) -> None:
+    costs = Ticks.of(problem)
+    shared = lattice(problem, costs, interchangeable(problem), LIMITS)
+    assert shared is not None
+    ideals = shared.ideals
+    expected = [sum(ideals.member[i, w] for w in shared.chains[u][0]) if u in shared.chains else 0
+                for i, u in zip(ideals.rows.tolist(), ideals.cols.tolist(), strict=True)]
+    assert shared.chain_in.tolist() == expected
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_fitting_counts_each_stage_with_its_largest_workspace(seed: int) -> None:
+    # Ideals: the prefixes of a random order of 12 layers; every stage between two of them, on three
+    # capacities, against the memory summed layer by layer.  Few sizes, so stages tie on the largest.
+    rng = np.random.default_rng(seed)
+    n = 12
+    order = rng.permutation(n)
+    held = rng.integers(0, 50, n)
+    workspace = rng.choice([0, 5, 20, 40, 80], n)
+    member = np.zeros((n + 1, n), dtype=bool)
+    for i in range(1, n + 1):
+        member[i] = member[i - 1]
+        member[i, order[i - 1]] = True
+    memory = np.concatenate(([0], np.cumsum(held[order])))
+    top = np.concatenate(([0], np.maximum.accumulate(workspace[order])))
+    added = np.concatenate(([-1], order))
+    src, dst = (a.ravel() for a in np.triu_indices(n + 1, 1))
+    capacities = [60, 150, 400]
+    fits = np.ones((3, len(src)), dtype=bool)
+    out = fitting(member, memory, top, workspace, added, src, dst, fits, capacities, cells=5 * n)
+    need = np.array([held[order[s:d]].sum() + workspace[order[s:d]].max() for s, d in zip(src, dst, strict=True)])
+    assert out.tolist() == [(need <= cap).tolist() for cap in capacities]
+    assert 0 < out.sum() < out.size
