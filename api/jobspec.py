@@ -33,6 +33,7 @@ from pipeplan.api.database import Database
 from pipeplan.api.keys import KeyParts, canonical, request_key
 from pipeplan.api.payloads import PlanPayload
 from pipeplan.api.registry import Registry
+from pipeplan.api.reservations import lent_bytes
 from pipeplan.api.store import finish_job, new_id, save_graph
 from pipeplan.api.tables import JobRow, PlanRow
 from pipeplan.api.tasks import Outcome
@@ -116,8 +117,13 @@ def _check_fence(session: Session, job_id: str, fence: Fence | None) -> None:
 
 
 def reserve_plan(session: Session, registry: Registry, row: PlanRow) -> None:
-    """Reserve ``row``'s load on its registered cluster, unless it holds a reservation already."""
-    if not row.reserved and registry.reserve(session, row.cluster, row.id, json.loads(row.loads)):
+    """Reserve ``row``'s load on its registered cluster, and the memory its lenders hold, unless it
+    holds a reservation already."""
+    if row.reserved:
+        return
+    loads = json.loads(row.loads)
+    lent = lent_bytes(json.loads(row.doc))  # hosts among them are not devices: the registry skips them
+    if registry.reserve(session, row.cluster, row.id, loads, lent):
         row.reserved, row.released_at = True, None
 
 

@@ -1,7 +1,8 @@
 """The cluster registry: stored specs, base loads, reservations, and the state plans see.
 
 A registered cluster's state is its stored spec with each device's load combined with the loads of
-reserved plans (:mod:`pipeplan.api.reservations`).  Built-in clusters (``costmodel/clusters``) can be read and
+reserved plans, and each device's memory less what reserved plans' lenders hold there
+(:mod:`pipeplan.api.reservations`).  Built-in clusters (``costmodel/clusters``) can be read and
 planned on by name, but they hold no reservations: register one (``PUT``) to track its load.
 A state is cached per (name, revision, created_at); every change bumps the revision, and a cluster
 deleted and registered again starts at revision 1 with a new ``created_at``.
@@ -23,7 +24,7 @@ from sqlalchemy.orm import Session
 
 from pipeplan.api.errors import ApiError
 from pipeplan.api.keys import canonical, digest_of
-from pipeplan.api.reservations import with_reserved
+from pipeplan.api.reservations import LENT, with_lent, with_reserved
 from pipeplan.api.tables import ClusterRow, ReservationRow, utcnow
 from pipeplan.costmodel.cluster import Cluster, ClusterError, builtin_clusters, load_cluster
 from pipeplan.costmodel.hardware import Contention
@@ -47,6 +48,7 @@ class ClusterState:
     created_at: datetime | None = None
     updated_at: datetime | None = None
     owner: str | None = None  # who registered it (None: built in, given inline, or registered before owners)
+    lent: dict[str, list[tuple[str, int]]] = field(default_factory=dict)  # device -> (plan, bytes its lenders hold)
 
     @property
     def registered(self) -> bool:
@@ -140,13 +142,18 @@ class Registry:
                 return cached
         base = Cluster.from_dict(json.loads(row.spec), source=f"cluster {row.name!r}")
         reservations: dict[str, list[tuple[str, str]]] = {}
-        for plan_id, device, kind in session.execute(
-                select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind)
+        lent: dict[str, list[tuple[str, int]]] = {}
+        for plan_id, device, kind, nbytes in session.execute(
+                select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind, ReservationRow.bytes)
                 .where(ReservationRow.cluster == row.name).order_by(ReservationRow.id)):
-            reservations.setdefault(device, []).append((plan_id, kind))
+            if kind == LENT:
+                lent.setdefault(device, []).append((plan_id, nbytes or 0))
+            else:
+                reservations.setdefault(device, []).append((plan_id, kind))
         effective = with_reserved(base, {device: [k for _, k in held] for device, held in reservations.items()})
+        effective = with_lent(effective, {device: sum(b for _, b in held) for device, held in lent.items()})
         state = ClusterState(row.name, False, row.revision, base, effective, digest_of(effective.to_dict()),
-                             reservations, row.created_at, row.updated_at, row.owner)
+                             reservations, row.created_at, row.updated_at, row.owner, lent)
         if not remember:
             return state
         with self._lock:
@@ -216,8 +223,10 @@ class Registry:
                            ["path", "name"])
         session.delete(row)
 
-    def reserve(self, session: Session, name: str, plan_id: str, loads: dict[str, str]) -> bool:
-        """Record ``loads`` (device → kind) for ``plan_id``; False if the cluster is gone."""
+    def reserve(self, session: Session, name: str, plan_id: str, loads: dict[str, str],
+                lent: dict[str, int] | None = None) -> bool:
+        """Record ``loads`` (device → kind) and the memory ``lent`` (device → bytes its lenders hold)
+        for ``plan_id``; False if the cluster is gone."""
         row = session.get(ClusterRow, name, with_for_update=True)
         if row is None:
             return False
@@ -225,6 +234,9 @@ class Registry:
         for device, kind in sorted(loads.items()):
             if device in devices:  # a device removed since the plan was made has nothing to load
                 session.add(ReservationRow(plan_id=plan_id, cluster=name, device=device, kind=kind))
+        for device, nbytes in sorted((lent or {}).items()):
+            if device in devices and nbytes > 0:
+                session.add(ReservationRow(plan_id=plan_id, cluster=name, device=device, kind=LENT, bytes=nbytes))
         row.revision, row.updated_at = row.revision + 1, utcnow()
         return True
 

@@ -20,20 +20,34 @@ reserved stage:
 '2×mixed'
 >>> combine(Contention(utilization=0.5), ["memory"]).describe()
 '67% used'
+
+A plan made with harvesting also holds memory: each lending device keeps the weights it lends
+(``lent`` in the plan's memory map) for as long as the plan is reserved.  Later plans see that
+device with that much less memory (:func:`with_lent`); the memory margin applies to what is left.
+A host's memory (``host:NAME`` rows) is not held: the cluster spec has no host memory to take it
+from, and a request states its host tier itself (``harvest.host_memory``).
+
+>>> lent_bytes({"harvest": {"memory": [{"device": "d0", "lent": 0}, {"device": "d1", "lent": 3},
+...                                    {"device": "host:h", "lent": 2}]}})
+{'d1': 3, 'host:h': 2}
+
+(:meth:`pipeplan.api.registry.Registry.reserve` records the rows of the cluster's devices only.)
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 from pipeplan.costmodel.analytic import compute_bound
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
-__all__ = ["MAX_CORUNNERS", "combine", "stage_kind", "with_reserved"]
+__all__ = ["LENT", "MAX_CORUNNERS", "combine", "lent_bytes", "stage_kind", "with_lent", "with_reserved"]
 
 MAX_CORUNNERS = 64  # Contention's own bound
+LENT = "lent"  # the kind of a reservation that holds a lender's memory, not a stage's load
 
 
 def stage_kind(layers: Iterable[Layer], device: Device) -> str:
@@ -67,3 +81,23 @@ def with_reserved(cluster: Cluster, kinds: Mapping[str, Sequence[str]]) -> Clust
         if ks and device in ids:
             out = out.with_load(device, combine(cluster.device(device).load, ks))
     return out
+
+
+def lent_bytes(plan: Mapping[str, Any]) -> dict[str, int]:
+    """Bytes each lender (device or ``host:NAME``) of ``plan`` (a plan document) holds for its
+    stages, the rows that lend nothing left out; empty for a plan made without harvesting."""
+    harvest = plan.get("harvest") or {}
+    return {row["device"]: int(row["lent"]) for row in harvest.get("memory", ()) if row["lent"] > 0}
+
+
+def with_lent(cluster: Cluster, held: Mapping[str, int]) -> Cluster:
+    """``cluster`` with each device's memory less the bytes ``held[device]`` (devices it lacks are
+    ignored).  At least one byte is left, a device's memory being positive: nothing fits there."""
+    held = {device: nbytes for device, nbytes in held.items() if nbytes > 0}
+    if not any(d.id in held for d in cluster.devices):
+        return cluster
+    spec = cluster.to_dict()
+    for device in spec["devices"]:
+        if device["id"] in held:
+            device["memory"] = max(device["memory"] - held[device["id"]], 1)
+    return Cluster.from_dict(spec, source=f"cluster {cluster.name!r} less the memory its lenders hold")

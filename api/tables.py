@@ -128,7 +128,8 @@ class PlanRow(Base):
 
 
 class ReservationRow(Base):
-    """The load one stage of a reserved plan puts on one device of a registered cluster."""
+    """The load one stage of a reserved plan puts on one device of a registered cluster, or (kind
+    ``lent``) the bytes of a device's memory it holds for the plan's borrowing stages."""
 
     __tablename__ = "reservations"
 
@@ -136,7 +137,8 @@ class ReservationRow(Base):
     plan_id: Mapped[str] = mapped_column(String(32), ForeignKey("plans.id", ondelete="CASCADE"), index=True)
     cluster: Mapped[str] = mapped_column(String(128), ForeignKey("clusters.name"), index=True)
     device: Mapped[str] = mapped_column(String(128))
-    kind: Mapped[str] = mapped_column(String(16))  # compute | memory
+    kind: Mapped[str] = mapped_column(String(16))  # compute | memory | lent
+    bytes: Mapped[int | None] = mapped_column(BigInteger, nullable=True)  # lent rows only
     created_at: Mapped[datetime] = mapped_column(UTCDateTime(), default=utcnow)
 
 

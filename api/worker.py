@@ -212,23 +212,10 @@ def _plan(payload: PlanPayload) -> dict[str, Any]:
 
 
 def _compare(payload: PlanPayload) -> dict[str, Any]:
-    from pipeplan.planner.compare import compare
+    from pipeplan.api.comparison import comparison
 
-    if payload.harvest is not None:  # the schema offers harvest on plan requests only
-        raise ValueError("a compare job was given harvesting options")
     problem, solver, stored = _problem(payload)
-    comp = compare(problem, solver)
-    for plan in comp.plans.values():
-        plan.costmodel = payload.costmodel_name
-    ilp = comp.plans["ilp"].objective_value
-    rows = [{"method": name, "plan": finite(plan.to_dict()),
-             "objective_vs_ilp": finite(plan.objective_value / ilp) if ilp else None,
-             "bottleneck_vs_bound": finite(plan.bottleneck / comp.lower_bound) if comp.lower_bound else None}
-            for name, plan in comp.plans.items()]
-    return {"graph": stored, "comparison": {
-        "model": problem.graph.model, "cluster": problem.cluster.name, "objective": problem.options.objective,
-        "lower_bound": finite(comp.lower_bound), "plans": rows,
-        "failures": [{"method": m, "error": why} for m, why in comp.failures.items()]}}
+    return {"graph": stored, "comparison": comparison(problem, solver, payload.costmodel_name, payload.harvest)}
 
 
 def _seconds(value: float) -> float | None:

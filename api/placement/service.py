@@ -41,6 +41,7 @@ from pipeplan.api.payloads import SolverLimits, ZooCapture
 from pipeplan.api.placement.payload import PlacePayload, Tenant, Trigger
 from pipeplan.api.pool import Outcome, QueueFull, Task, WorkerPool
 from pipeplan.api.registry import Registry
+from pipeplan.api.reservations import LENT, with_lent
 from pipeplan.api.schemas.plans import PlanOptionsIn
 from pipeplan.api.store import new_id, save_graph
 from pipeplan.api.tables import (
@@ -161,11 +162,15 @@ class Placement:
                                       .order_by(DeploymentRow.created_at, DeploymentRow.id)).scalars().all()
             held = {d.plan_id for d in serving if d.plan_id is not None}
             fixed: dict[str, list[str]] = {}
-            for plan_id, device, kind in session.execute(
-                    select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind)
+            lent: dict[str, int] = {}
+            for plan_id, device, kind, nbytes in session.execute(
+                    select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind, ReservationRow.bytes)
                     .where(ReservationRow.cluster == event.cluster).order_by(ReservationRow.id)):
-                if plan_id not in held:
+                if kind == LENT:  # a harvesting plan's lender: memory, not a co-runner
+                    lent[device] = lent.get(device, 0) + (nbytes or 0)
+                elif plan_id not in held:
                     fixed.setdefault(device, []).append(kind)
+            before, after = with_lent(before, lent), with_lent(after, lent)
             tenants = [self._tenant(session, d, "serving") for d in serving]
             subject = event.trigger.deployment
             if subject is not None:

@@ -33,6 +33,7 @@ def cluster_view(state: ClusterState) -> dict[str, Any]:
             "id": base.id, "type": base.type, "host": base.host,
             "base_load": base.load.model_dump(mode="json"), "load": now.load.model_dump(mode="json"),
             "reservations": [{"plan_id": p, "kind": k} for p, k in state.reservations.get(base.id, [])],
+            "memory": now.memory, "lent": [{"plan_id": p, "bytes": b} for p, b in state.lent.get(base.id, [])],
         })
     return {"name": state.name, "url": f"/v1/clusters/{state.name}", "builtin": state.builtin,
             "revision": state.revision,

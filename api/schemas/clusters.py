@@ -12,7 +12,7 @@ from pipeplan.costmodel.cluster import ClusterSpec
 from pipeplan.costmodel.hardware import Contention
 
 __all__ = ["ClusterList", "ClusterPublic", "ClusterPut", "ClusterSummary", "DevicePatch", "DeviceState",
-           "Reservation"]
+           "Lent", "Reservation"]
 
 
 class ClusterPut(ClusterSpec, TextChecked):
@@ -36,6 +36,11 @@ class Reservation(BaseModel):
     kind: Literal["compute", "memory"]
 
 
+class Lent(BaseModel):
+    plan_id: str
+    bytes: int = Field(..., description="bytes of this device's memory the plan's borrowing stages keep here")
+
+
 class DeviceState(BaseModel):
     id: str
     type: str
@@ -43,6 +48,9 @@ class DeviceState(BaseModel):
     base_load: Contention = Field(..., description="what the registry records as running there")
     load: Contention = Field(..., description="the load plans see: base load plus reservations")
     reservations: list[Reservation]
+    memory: int = Field(..., description="bytes plans see: the spec's memory less what reserved plans hold "
+                                         "here as lenders (the memory margin applies to it)")
+    lent: list[Lent] = Field(..., description="reserved plans that keep weights in this device's memory")
 
 
 class ClusterPublic(BaseModel):

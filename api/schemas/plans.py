@@ -106,13 +106,7 @@ PLAN_EXAMPLE: dict[str, Any] = {"model": {"name": "tinygpt", "batch": 2, "granul
                                 "options": {"microbatches": 4}, "solver": {"time_limit": 5}, "wait": 30}
 
 
-class PlanCreate(_PlanRequest):
-    """A plan request.  The same graph, cluster state, cost model and options give the stored plan."""
-
-    model_config = ConfigDict(json_schema_extra={"examples": [PLAN_EXAMPLE]})
-
-    reserve: bool = Field(False, description="record the load this plan's stages put on their devices "
-                                             "(registered clusters only), until the plan is released")
+class _HarvestingRequest(_PlanRequest):
     harvest: HarvestIn | None = Field(None, description="let stages keep weights in other devices' or their "
                                                         "host's spare memory; null (default): no borrowing")
 
@@ -125,8 +119,19 @@ class PlanCreate(_PlanRequest):
         return dumped
 
 
-class CompareCreate(_PlanRequest):
-    """The ILP and every baseline on one problem, scored alike (pipeplan.planner.compare.compare)."""
+class PlanCreate(_HarvestingRequest):
+    """A plan request.  The same graph, cluster state, cost model and options give the stored plan."""
+
+    model_config = ConfigDict(json_schema_extra={"examples": [PLAN_EXAMPLE]})
+
+    reserve: bool = Field(False, description="record the load this plan's stages put on their devices, "
+                                             "and the memory its lenders hold (registered clusters only), "
+                                             "until the plan is released")
+
+
+class CompareCreate(_HarvestingRequest):
+    """The ILP and every baseline on one problem, scored alike (pipeplan.planner.compare.compare); with
+    ``harvest``, the plan that borrows memory beside them."""
 
 
 class CertificateDoc(BaseModel):
@@ -227,9 +232,14 @@ class ComparisonDoc(BaseModel):
     model: str
     cluster: str
     objective: str
-    lower_bound: float | None = Field(..., description="seconds no plan's bottleneck can beat")
-    plans: list[ComparisonRow] = Field(..., description="the ILP first, then each baseline")
-    failures: list[dict[str, str]] = Field(..., description="baselines that found no plan, and why")
+    lower_bound: float | None = Field(..., description="seconds no plan's bottleneck can beat, borrowing or not")
+    plans: list[ComparisonRow] = Field(..., description="the ILP first, then each baseline; with harvest, empty "
+                                                        "when nothing fits without borrowing")
+    failures: list[dict[str, str]] = Field(..., description="methods that found no plan, and why (the ILP among "
+                                                            "them only with harvest)")
+    harvest: ComparisonRow | None = Field(None, description="only with harvest: the plan that borrows memory "
+                                                            "(method 'harvest'; its plan's harvest section has the "
+                                                            "memory map), its ratios to the ILP's plan and the bound")
 
 
 class ComparePublic(BaseModel):

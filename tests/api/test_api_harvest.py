@@ -1,7 +1,8 @@
 """Harvesting in plan requests, in process (TestClient, a real SQLite database, a real solver worker,
 CP-SAT): a model that fits on no split of its cluster is a 422 without borrowing and a plan with
 it, whose memory map (stored with the plan) balances what lenders lend against what borrowers
-borrow; bad harvesting options are 422s naming the field.
+borrow; bad harvesting options are 422s naming the field; a comparison with harvesting carries the
+plan that borrows beside the ILP and the baselines.
 
 The problem is the first of ``tests/planner/test_harvest.py``: four layers of 1 GB of weights, d0
 (3.5 GB) alone may run them (d1 is forbidden), so d0 borrows three layers' weights from d1.
@@ -20,7 +21,7 @@ from pipeplan.api.auth import create_token
 from pipeplan.api.database import Database
 from pipeplan.api.jobspec import JobSpec
 from pipeplan.api.main import create_app
-from pipeplan.api.schemas.plans import PlanCreate, PlanPublic
+from pipeplan.api.schemas.plans import CompareCreate, ComparePublic, PlanCreate, PlanPublic
 from pipeplan.api.settings import Settings
 
 GB = 10**9
@@ -149,15 +150,64 @@ def test_bad_harvesting_options_are_422_naming_the_field(client: TestClient, har
     assert detail["loc"] == loc and message in detail["msg"], detail
 
 
-def test_a_comparison_takes_no_harvesting(client: TestClient) -> None:
-    answer = client.post("/v1/plans/compare", json=body(harvest={}))
-    assert answer.status_code == 422 and answer.json()["detail"][0]["loc"] == ["body", "harvest"]
+def test_a_comparison_with_harvesting_answers_the_borrowing_plan_when_nothing_else_fits(client: TestClient) -> None:
+    from pipeplan.planner.baselines import BASELINES
+
+    # Without borrowing the comparison is the ILP's PlanError, as before.
+    refused = client.post("/v1/plans/compare", json=body("compared"))
+    assert refused.status_code == 422 and "short" in refused.json()["detail"][0]["msg"], refused.text
+    answer = client.post("/v1/plans/compare", json=body("compared", harvest={}))
+    assert answer.status_code == 200, answer.text
+    ComparePublic.model_validate(answer.json())
+    comp = answer.json()["comparison"]
+    # No plan keeps its weights at home: the ILP and every baseline are failures, each with its reason.
+    assert comp["plans"] == []
+    assert [f["method"] for f in comp["failures"]] == ["ilp", *BASELINES]
+    assert comp["failures"][0]["error"] == ("compared needs 3.73 GiB but the 1 devices of 'pair' that forbid_devices "
+                                            "leaves offer 3.26 GiB after the 0% margin: 0.47 GiB short")
+    # Four layers of 100 ms (and 10**3 bytes each way at 10**15 B/s) on the one device: the bound and
+    # the borrowing plan's bottleneck, its fetches (30 ms) hidden under its compute.
+    assert comp["lower_bound"] == pytest.approx(0.40002, rel=1e-12)
+    row = comp["harvest"]
+    assert row["method"] == "harvest" and row["objective_vs_ilp"] is None
+    assert row["plan"]["bottleneck"] == pytest.approx(0.40002, rel=1e-12)
+    assert row["bottleneck_vs_bound"] == pytest.approx(1.0, rel=1e-12)
+    memory = {m["device"]: m for m in row["plan"]["harvest"]["memory"]}
+    assert (memory["d1"]["lent"], memory["d0"]["borrowed"], row["plan"]["harvest"]["without"]) == (3 * GB, 3 * GB, None)
+
+
+def test_a_comparison_with_harvesting_puts_the_borrowing_plan_beside_the_others(client: TestClient) -> None:
+    # d1 allowed: two layers a device fit at home, 200 ms a stage; borrowing gains nothing and lends nothing.
+    request = body("beside", harvest={})
+    request["options"]["forbid_devices"] = []
+    answer = client.post("/v1/plans/compare", json=request)
+    assert answer.status_code == 200, answer.text
+    ComparePublic.model_validate(answer.json())
+    comp = answer.json()["comparison"]
+    assert comp["failures"] == [] and comp["plans"][0]["method"] == "ilp"
+    ilp = comp["plans"][0]["plan"]
+    assert ilp["bottleneck"] == pytest.approx(0.20001, rel=1e-12) and "harvest" not in ilp
+    row = comp["harvest"]
+    assert row["plan"]["bottleneck"] == ilp["bottleneck"] and row["objective_vs_ilp"] == 1.0
+    assert row["plan"]["harvest"]["loans"] == [] and row["plan"]["harvest"]["without"] == ilp["bottleneck"]
+    assert [m["lent"] for m in row["plan"]["harvest"]["memory"]] == [0, 0]
+
+    # The same comparison without harvesting is another request, and reads as it always has.
+    del request["harvest"]
+    plain = client.post("/v1/plans/compare", json=request)
+    assert plain.status_code == 200 and not plain.json()["cached"], plain.text
+    assert "harvest" not in plain.json()["comparison"]
+    assert [r["method"] for r in plain.json()["comparison"]["plans"]] == [r["method"] for r in comp["plans"]]
+    # Options are checked as for a plan.
+    bad = client.post("/v1/plans/compare", json=body("beside", harvest={"lenders": ["gpu9"]}))
+    assert bad.status_code == 422 and bad.json()["detail"][0]["loc"] == ["body", "harvest", "lenders", 0], bad.text
 
 
 def test_harvesting_off_keeps_the_request_dump_and_the_job_spec_carries_it(tmp_path: Path) -> None:
     # Idempotency-Key fingerprints of requests sent before harvesting existed stay valid.
     plain = PlanCreate.model_validate(body())
     assert "harvest" not in plain.model_dump(mode="json")
+    assert "harvest" not in CompareCreate.model_validate(body()).model_dump(mode="json")
     asked = PlanCreate.model_validate(body(harvest={"host_memory": "1GiB", "reserved": {"d1": 5}}))
     assert asked.model_dump(mode="json")["harvest"]["host_memory"] == 2**30
     # A queued job's spec keeps the options: a worker on another machine plans with them.
