@@ -2,6 +2,16 @@ from __future__ import annotations
 
 import pytest
 import torch
+from sklearn import ensemble, gaussian_process  # noqa: F401  (load their OpenMP and OpenBLAS before the limit)
+from threadpoolctl import threadpool_limits
+
+# One intra-op thread in the test process, as a run pinned to one core has.  The suite's own child
+# processes (stages, servers, co-runners) share the machine's two cores with it, and a second
+# torch/OpenMP or OpenBLAS thread then spins at every barrier waiting for a core a child holds: a
+# model that trains in 8 s alone took 108 s in the suite so.  Code under test that needs more
+# threads (a profile of a two-core device) sets them itself.
+torch.set_num_threads(1)
+threadpool_limits(1)
 
 
 @pytest.fixture(autouse=True)

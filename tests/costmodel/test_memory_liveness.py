@@ -101,7 +101,7 @@ def test_kv_cache_without_projections_is_refused() -> None:
 # workspace terms are checked in test_memory_workspace.py).  Shorter sequences than the
 # benchmark's for the llamas (1×128 and 1×32) keep the test quick: each model runs three times on
 # one core; the live sets stay megabytes (2–3% apart).
-PROBED = ["mlp:2048:0", "tinygpt:32:0", "bert-base:4:256", "llama-7b:1:128", "llama-70b:1:32"]
+PROBED = ["mlp:2048:0", "tinygpt:32:0", "bert-base:2:128", "llama-7b:1:128", "llama-70b:1:32"]
 
 
 @pytest.mark.slow
