@@ -182,8 +182,9 @@ def cmd_probe(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from pipeplan.costmodel.hardware import same_cpu
     from pipeplan.costmodel.probe import default_path, run_probe
-    from pipeplan.costmodel.registry import SHIPPED_NAMES, load_cost_model
+    from pipeplan.costmodel.registry import SHIPPED, SHIPPED_NAMES, load_cost_model
 
     console = Console()
     names = args.base.split(",") if args.base else list(SHIPPED_NAMES)
@@ -201,8 +202,11 @@ def cmd_probe(args: argparse.Namespace) -> None:
         table.add_row(kind, *(f"{probe.factors[n].get(kind, float('nan')):.2f}" for n in names))
     table.add_row("spread (log10 RMS)", *(f"{probe.spread[n]:.3f}" for n in names))
     console.print(table)
+    own = next((s for s in SHIPPED if same_cpu(s.cpu)), None)  # a CPU with a model of its own keeps it
+    uses = (f"`learned` on this CPU stays learned-{own.name}, profiled on it; `--costmodel probed` uses the probe"
+            if own is not None else f"`learned` on this CPU now predicts with probed:{probe.base}")
     console.print(f"{len(probe.points)} layers timed on core(s) {probe.cores} in {time.monotonic() - started:.0f} s; "
-                  f"written to {path}. `learned` on this CPU now predicts with probed:{probe.base}.")
+                  f"written to {path}. {uses}.")
 
 
 def _first_core() -> int:

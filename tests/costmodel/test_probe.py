@@ -97,5 +97,9 @@ def test_the_probe_command_writes_the_probe_and_prints_the_factors(tmp_path: Pat
     probe = load_probe(out)
     assert set(probe.factors) == {"learned-xeon", "analytic"} and probe.base in probe.factors
     assert {p.config.split("/")[0] for p in probe.points} == {"resnet"}
+    # What `learned` does with the probe: a CPU with a shipped model of its own keeps that model.
+    own = [s.name for s in SHIPPED if same_cpu(s.cpu)]
+    said = " ".join(result.stdout.split())
+    assert (f"stays learned-{own[0]}" if own else f"now predicts with probed:{probe.base}") in said, said
     bad = run("costmodel", "probe", "--models", "gpt_neox", "--out", str(tmp_path / "no.json"))
     assert bad.returncode == 2 and "choose tuning-set factories" in bad.stderr
