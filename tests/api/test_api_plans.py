@@ -141,21 +141,22 @@ def test_sizes_beyond_the_planners_range_are_422(client: httpx.Client) -> None:
 
 
 def test_the_shipped_learned_cost_model_can_be_named(client: httpx.Client) -> None:
-    """`learned` plans with the contention-aware model shipped in costmodel/data: a different plan key."""
-    analytic = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu"))
-    learned = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu",
+    """`learned` plans with the contention-aware model shipped in costmodel/data: a different plan key.
+    (``wait=60``: a worker loads each model on first use, which under load outlasted the default wait.)"""
+    analytic = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu", wait=60))
+    learned = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu", wait=60,
                                                       costmodel="learned"))
     assert analytic.status_code == 201 and learned.status_code == 201, learned.text
     assert learned.json()["id"] != analytic.json()["id"]
     assert learned.json()["plan"]["costmodel"] == "learned" and analytic.json()["plan"]["costmodel"] == "analytic"
     # Each CPU's shipped model by name; an unknown one is a 422 that lists the names.
-    xeon = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu",
+    xeon = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu", wait=60,
                                                    costmodel="learned-xeon"))
-    epyc = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu",
+    epyc = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu", wait=60,
                                                    costmodel="learned-epyc"))
     assert xeon.status_code == 201 and epyc.status_code == 201, epyc.text
     assert len({xeon.json()["id"], epyc.json()["id"], analytic.json()["id"]}) == 3
-    bogus = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu",
+    bogus = client.post("/v1/plans", json=plan_body(chain_graph(5, "learned-cm"), cluster="local-cpu", wait=60,
                                                     costmodel="learned-bogus"))
     assert bogus.status_code == 422
     assert "'learned-xeon', 'learned-epyc'" in bogus.json()["detail"][0]["msg"]
