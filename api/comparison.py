@@ -20,7 +20,6 @@ from typing import TYPE_CHECKING, Any
 from pipeplan.api.keys import finite
 
 if TYPE_CHECKING:
-    from pipeplan.planner.compare import Comparison
     from pipeplan.planner.harvest import HarvestOptions
     from pipeplan.planner.ilp import SolverOptions
     from pipeplan.planner.plan import Plan
@@ -33,7 +32,7 @@ def comparison(problem: Problem, solver: SolverOptions, costmodel_name: str,
                harvest: HarvestOptions | None = None) -> dict[str, Any]:
     """The comparison document (``ComparisonDoc``) of ``problem``: with ``harvest``, the plan that
     borrows under those options as its ``harvest`` row."""
-    from pipeplan.planner.compare import compare
+    from pipeplan.planner.compare import compare, compare_without_ilp
     from pipeplan.planner.problem import PlanError
 
     borrowing: Plan | None = None
@@ -46,7 +45,7 @@ def comparison(problem: Problem, solver: SolverOptions, costmodel_name: str,
     except PlanError as exc:
         if borrowing is None:
             raise
-        comp = _without_ilp(problem, str(exc))
+        comp = compare_without_ilp(problem, str(exc))
     named = dict(comp.plans)
     if borrowing is not None:
         named["harvest"] = borrowing
@@ -63,19 +62,3 @@ def comparison(problem: Problem, solver: SolverOptions, costmodel_name: str,
     if borrowing is not None:  # only when asked: a comparison without harvesting reads as it always has
         doc["harvest"] = rows["harvest"]
     return doc
-
-
-def _without_ilp(problem: Problem, why: str) -> Comparison:
-    """The comparison when the ILP finds no plan without borrowing (``why``): each baseline tried alike."""
-    from pipeplan.planner.baselines import BASELINES
-    from pipeplan.planner.compare import Comparison
-    from pipeplan.planner.problem import PlanError
-
-    plans: dict[str, Plan] = {}
-    failures = {"ilp": why}
-    for name, baseline in BASELINES.items():
-        try:
-            plans[name] = baseline(problem)
-        except PlanError as exc:
-            failures[name] = str(exc)
-    return Comparison(problem, plans, failures, problem.lower_bound())

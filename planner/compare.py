@@ -19,7 +19,7 @@ from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanError, Problem
 
-__all__ = ["Comparison", "compare", "comparison_table", "plot_comparison"]
+__all__ = ["Comparison", "compare", "compare_without_ilp", "comparison_table", "plot_comparison"]
 
 
 @dataclass
@@ -32,9 +32,16 @@ class Comparison:
 
 def compare(problem: Problem, solver: SolverOptions | None = None) -> Comparison:
     """Plan ``problem`` with the ILP and every baseline, all scored by the same simulator."""
-    plans: dict[str, Plan] = {}
-    failures: dict[str, str] = {}
-    plans["ilp"] = solve(problem, solver)
+    return _with_baselines(problem, {"ilp": solve(problem, solver)}, {})
+
+
+def compare_without_ilp(problem: Problem, why: str) -> Comparison:
+    """The comparison when the ILP found no plan (``why``, e.g. nothing fits without borrowing):
+    every baseline tried alike, the ILP listed first among the failures."""
+    return _with_baselines(problem, {}, {"ilp": why})
+
+
+def _with_baselines(problem: Problem, plans: dict[str, Plan], failures: dict[str, str]) -> Comparison:
     for name, baseline in BASELINES.items():
         try:
             plans[name] = baseline(problem)
