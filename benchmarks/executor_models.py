@@ -13,6 +13,12 @@ Run from the repository root::
 
     .venv/bin/python benchmarks/executor_models.py                    # CPU, small models
     .venv/bin/python benchmarks/executor_models.py --target gpu --costmodel gpu --models all
+    .venv/bin/python benchmarks/executor_models.py --costmodel profile   # each model's own in-model profile
+
+``--costmodel profile`` first runs ``pipeplan profile MODEL --levels idle`` (every layer timed inside
+real passes on the first usable core, at the benchmark's batch and block granularity) and plans each
+model with ``profile:FILE``: what is left of the stages' error is then the pipeline's, not the cost
+model's.
 """
 
 from __future__ import annotations
@@ -20,10 +26,13 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
+from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.registry import load_cost_model
@@ -50,6 +59,15 @@ def _cluster(folder: Path, k: int, target: str, gpus: int) -> Path:
     return path
 
 
+def _profiled(name: str, batch: int, folder: Path) -> CostModel:
+    """``name``'s own in-model profile, idle, at ``batch`` and block granularity (``pipeplan profile``)."""
+    out = folder / f"{name.replace(':', '_').replace('.', '_')}-profile.json"
+    cmd = [sys.executable, "-m", "pipeplan", "profile", name, "--batch", str(batch), "--levels", "idle",
+           "--granularity", "block", "--out", str(out)]
+    subprocess.run(cmd, check=True, capture_output=True, text=True, cwd=Path(__file__).resolve().parents[1])
+    return load_cost_model(f"profile:{out}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=("cpu", "gpu"), default="cpu")
@@ -57,12 +75,13 @@ def main() -> None:
     parser.add_argument("--models", default="small", help="small, large, all, or a comma-separated list")
     parser.add_argument("--stages", default="1,2,4")
     parser.add_argument("--batch", type=int, default=2)
-    parser.add_argument("--costmodel", default="learned")
+    parser.add_argument("--costmodel", default="learned", help="a cost model spec, or 'profile': each model's own "
+                                                               "in-model profile, taken first (learned)")
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="the executor's (1f1b)")
     args = parser.parse_args()
     models = {"small": SMALL, "large": LARGE, "all": SMALL + LARGE}.get(args.models, args.models.split(","))
-    cost = load_cost_model(args.costmodel)
+    cost = None if args.costmodel == "profile" else load_cost_model(args.costmodel)
     folder = Path(tempfile.mkdtemp())
     print(f"# target {args.target}, cost model {args.costmodel}, batch {args.batch}, block granularity, "
           f"schedule {args.schedule}, "
@@ -71,10 +90,11 @@ def main() -> None:
     print("|---|---:|---:|---:|---:|---:|---:|")
     for name in models:
         graph = capture_source(name, args.batch, granularity="block")
+        model = cost if cost is not None else _profiled(name, args.batch, folder)
         for k in (int(x) for x in args.stages.split(",")):
             started = time.perf_counter()
             spec = _cluster(folder, k, args.target, args.gpus)
-            problem = Problem(graph, load_cluster(str(spec)), cost, PlanOptions(microbatches=4, max_devices=k))
+            problem = Problem(graph, load_cluster(str(spec)), model, PlanOptions(microbatches=4, max_devices=k))
             plan = time_balanced(problem)
             plan.cluster = str(spec)
             try:
