@@ -55,7 +55,7 @@ class Layer:
     """
 
     name: str  # module path ("blocks.0.attn.qkv") or scope:op for functional glue ("blocks.0:add")
-    kind: str  # normalised operator kind, see pipeplan.costmodel.capture.KINDS
+    kind: str  # normalised operator kind, see pipeplan.costmodel.capture.features.KINDS
     module_type: str  # class name of the module, or "functional"
     order: int  # position in a topological order of the graph (stable, from the export trace)
     flops: int

@@ -79,7 +79,7 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
                    help="share of each device's memory left free (0.1)")
     p.add_argument("--harvest", action="store_true",
                    help="let stages keep weights in other devices' (or, with --host-memory, their host's) spare "
-                        "memory, fetched each microbatch (docs/planner.md)")
+                        "memory, fetched each microbatch or, with --fetch batch, once per batch (docs/planner.md)")
     p.add_argument("--lender", action="append", metavar="DEVICE",
                    help="with --harvest: a device that may lend (repeatable; default: every device)")
     p.add_argument("--host-memory", metavar="SIZE", default="0",

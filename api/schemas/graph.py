@@ -29,7 +29,8 @@ class LayerDoc(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(..., min_length=1, description="module path, or scope:op for functional glue")
-    kind: str = Field(..., min_length=1, description="linear, conv, attention, … (pipeplan.costmodel.capture.KINDS)")
+    kind: str = Field(..., min_length=1,
+                      description="linear, conv, attention, … (pipeplan.costmodel.capture.features.KINDS)")
     module_type: str = Field(..., min_length=1)
     order: int = Field(..., ge=0, description="unique position in a topological order")
     flops: int = NonNegative

@@ -1,8 +1,8 @@
 """Harvesting spare memory in a plan request, and the plan's ``harvest`` section in its answer.
 
 A request's ``harvest`` (:class:`HarvestIn`) is :class:`pipeplan.planner.harvest.HarvestOptions`, with
-the same names as the command line's ``--lender``, ``--host-memory``, ``--host-bandwidth`` and
-``--reserve``; its presence turns harvesting on, as ``--harvest`` does.  Sizes, rates and durations
+the same names as the command line's ``--lender``, ``--host-memory``, ``--host-bandwidth``,
+``--reserve`` and ``--fetch``; its presence turns harvesting on, as ``--harvest`` does.  Sizes, rates and durations
 are numbers (bytes, bytes/s, seconds) or text with a unit (``"64GiB"``, ``"12GB/s"``, ``"10us"``); each
 is read here, so a bad one is a 422 naming its field.  Which devices exist is checked against the
 cluster by :mod:`pipeplan.api.resolve`.
