@@ -59,13 +59,16 @@ def _model_from_plan(args: argparse.Namespace, current: Plan) -> None:
 
 
 def cmd_replan(args: argparse.Namespace) -> None:
-    from pipeplan.cli_args import rich_console
-    from pipeplan.cli_inputs import read_problem
+    from pipeplan.cli_args import CliError, rich_console
+    from pipeplan.cli_inputs import read_harvest_options, read_problem
     from pipeplan.planner.migration import Reload
     from pipeplan.planner.plan import Plan
     from pipeplan.planner.replan import replan
     from pipeplan.render import plan_table
 
+    if read_harvest_options(args) is not None:  # add_plan_args offers them; a re-plan does not borrow (yet)
+        raise CliError("replan does not take --harvest: a re-plan with migration cost plans without borrowing "
+                       "memory; plan with `pipeplan plan --harvest` instead")
     current = Plan.load(args.plan)
     _model_from_plan(args, current)
     problem, solver = read_problem(args)

@@ -26,6 +26,10 @@ def test_replan_prints_the_moves_and_the_decision(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())["migration"]
     assert doc["decision"] == "move" and [m["layer"] for m in doc["moves"]] == ["l1"]
 
+    borrowing = run("replan", *common, "--horizon", "5000mb", "--harvest")
+    assert borrowing.returncode == 2 and "replan does not take --harvest" in borrowing.stderr, borrowing.stderr
+    companion = run("replan", *common, "--horizon", "5000mb", "--fetch", "batch")
+    assert companion.returncode == 2 and "need --harvest" in companion.stderr, companion.stderr
     refused = run("replan", *common, "--horizon=-10m")
     assert refused.returncode == 2 and "horizon must be a positive number of seconds" in refused.stderr
     assert "Traceback" not in refused.stderr
