@@ -24,8 +24,14 @@ demo: $(STAMP)
 # Bytecode is written even where the environment says not to (PYTHONDONTWRITEBYTECODE): the suite
 # starts hundreds of Python processes (stages, servers, workers, CLI runs), each of which would
 # otherwise compile every pipeplan module it imports again, and pytest rewrites every test module.
+# The service's tests (a third of the suite's time, mostly waiting on servers, workers and the
+# database, none timed against a core) run on two pytest workers; the rest, which pins processes to
+# cores and times them, runs alone.  Both run; the target fails if either does.
 test: $(STAMP)
-	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q
+	@status=0; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q -n 2 tests/api || status=1; \
+	PYTHONDONTWRITEBYTECODE= $(BIN)/pytest -q --ignore=tests/api || status=1; \
+	exit $$status
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
