@@ -75,6 +75,22 @@ def state_of(cluster: Cluster, builtin: bool = False) -> ClusterState:
     return ClusterState(cluster.name, builtin, None, cluster, cluster, digest_of(cluster.to_dict()))
 
 
+def reservation_rows(session: Session, cluster: str) -> tuple[dict[str, list[tuple[str, str]]],
+                                                              dict[str, list[tuple[str, int]]]]:
+    """``cluster``'s reservations, per device in the order they were made: the (plan, co-runner kind)
+    of each reserved stage, and the (plan, bytes) each harvesting plan's lenders hold there."""
+    loads: dict[str, list[tuple[str, str]]] = {}
+    lent: dict[str, list[tuple[str, int]]] = {}
+    for plan_id, device, kind, nbytes in session.execute(
+            select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind, ReservationRow.bytes)
+            .where(ReservationRow.cluster == cluster).order_by(ReservationRow.id)):
+        if kind == LENT:  # a harvesting plan's lender: memory, not a co-runner
+            lent.setdefault(device, []).append((plan_id, nbytes or 0))
+        else:
+            loads.setdefault(device, []).append((plan_id, kind))
+    return loads, lent
+
+
 class Registry:
     def __init__(self, max_devices: int) -> None:
         self.max_devices = max_devices
@@ -141,15 +157,7 @@ class Registry:
                 self._cache.move_to_end(key)
                 return cached
         base = Cluster.from_dict(json.loads(row.spec), source=f"cluster {row.name!r}")
-        reservations: dict[str, list[tuple[str, str]]] = {}
-        lent: dict[str, list[tuple[str, int]]] = {}
-        for plan_id, device, kind, nbytes in session.execute(
-                select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind, ReservationRow.bytes)
-                .where(ReservationRow.cluster == row.name).order_by(ReservationRow.id)):
-            if kind == LENT:
-                lent.setdefault(device, []).append((plan_id, nbytes or 0))
-            else:
-                reservations.setdefault(device, []).append((plan_id, kind))
+        reservations, lent = reservation_rows(session, row.name)
         effective = with_reserved(base, {device: [k for _, k in held] for device, held in reservations.items()})
         effective = with_lent(effective, {device: sum(b for _, b in held) for device, held in lent.items()})
         state = ClusterState(row.name, False, row.revision, base, effective, digest_of(effective.to_dict()),

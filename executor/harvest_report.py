@@ -53,8 +53,7 @@ def stage_loans(plan: Plan, k: int, result: dict[str, Any], microbatches: int) -
     device = plan.stages[k].device
     loans = plan.harvest
     planned = next((s for s in loans.stages if s.device == device), None) if loans is not None else None
-    batched = loans is not None and loans.options.batched
-    rounds = plan.options.microbatches if batched else 1  # microbatches one round of fetches serves
+    rounds = loans.options.rounds(plan.options.microbatches) if loans is not None else 1
     seconds = fetched["seconds"] / microbatches
     out["fetch"] = {"mode": loans.options.fetch if loans is not None else None,
                     "fetches": fetched["fetches"] / microbatches, "bytes": fetched["bytes"] / microbatches,

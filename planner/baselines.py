@@ -87,7 +87,7 @@ def chain_dp(problem: Problem) -> Plan:
     Exact (status OPTIMAL) on a chain over identical devices, links and capacities.  Otherwise
     HEURISTIC: other device orders are not tried, and with skip edges a chunk's communication
     depends on the other chunks, so the DP runs under an optimistic and a pessimistic estimate
-    (see ``_chunk_costs``) and the split the simulator scores better is kept.
+    (see :class:`_Chunks`) and the split the simulator scores better is kept.
     """
     start = time.perf_counter()
     n, k = problem.n_layers, _chunk_count(problem)
@@ -242,11 +242,6 @@ def _solve(costs: Sequence[Band], n: int, *, total: bool = False, exact: bool = 
         row = combine(masked[c][i], _ahead(tail[c + 1], width)[i])
         bounds.append(i + int(np.flatnonzero(row <= (tail[c][i] if total else best))[-1]))
     return best, bounds
-
-
-def _chunk_costs(problem: Problem, k: int, pessimistic: bool) -> list[Band]:
-    """Stage time of every chunk [i, j) on each device c < k, inf where it does not fit (:class:`_Chunks`)."""
-    return _Chunks(problem, k).costs(pessimistic)
 
 
 class _Chunks:

@@ -149,6 +149,11 @@ class HarvestOptions:
         """Whether a borrower fetches once per batch (runs its batch layer-major)."""
         return self.fetch == "batch"
 
+    def rounds(self, microbatches: int) -> int:
+        """Microbatches one round of fetches serves: the batch's ``microbatches`` with
+        ``fetch="batch"``, else one."""
+        return microbatches if self.batched else 1
+
     def to_dict(self) -> dict[str, Any]:
         return {"lenders": list(self.lenders) if self.lenders is not None else None,
                 "host_memory": self.host_memory, "host_bandwidth": self.host_bandwidth,

@@ -88,7 +88,7 @@ class Lending:
     @property
     def rounds(self) -> int:
         """Microbatches one round of fetches serves: the batch's with ``fetch="batch"``, else one."""
-        return self.problem.options.microbatches if self.options.batched else 1
+        return self.options.rounds(self.problem.options.microbatches)
 
     @cached_property
     def batch_workspace(self) -> list[int]:
@@ -104,12 +104,8 @@ class Lending:
     def stage_memory(self, layers: list[int], borrows: bool) -> int:
         """What a stage holding ``layers`` needs before loans: :meth:`Problem.memory`, or with
         ``fetch="batch"`` and loans, the same with :attr:`batch_workspace` for its workspace."""
-        problem = self.problem
-        if not (borrows and self.options.batched and layers):
-            return problem.memory(layers)
-        kept = problem.options.kept_microbatches
-        return (sum(problem.param_bytes[v] + kept * problem.act_bytes[v] for v in layers)
-                + max(self.batch_workspace[v] for v in layers))
+        batch = borrows and self.options.batched
+        return self.problem.memory(layers, self.batch_workspace if batch else None)
 
     @property
     def n_lenders(self) -> int:

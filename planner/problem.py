@@ -221,13 +221,15 @@ class Problem:
             return [dev_of[v] for v in self.succ[u] if dev_of[v] != a]
         return sorted({dev_of[v] for v in self.succ[u]} - {a})
 
-    def memory(self, layers: list[int]) -> int:
-        """Bytes a device needs to hold ``layers``."""
+    def memory(self, layers: list[int], workspace: Sequence[int] | None = None) -> int:
+        """Bytes a device needs to hold ``layers``; ``workspace``: per layer, the workspace term to
+        use instead of :attr:`workspace` (a layer-major batch's, :mod:`pipeplan.planner.harvest_score`)."""
         if not layers:
             return 0
         kept = self.options.kept_microbatches
+        work = self.workspace if workspace is None else workspace
         return (sum(self.param_bytes[v] for v in layers) + kept * sum(self.act_bytes[v] for v in layers)
-                + max(self.workspace[v] for v in layers))
+                + max(work[v] for v in layers))
 
     def lower_bound(self) -> float:
         """A bottleneck no plan can beat: the heaviest layer on its fastest allowed device, and the

@@ -40,8 +40,8 @@ from pipeplan.api.keys import canonical, digest_text
 from pipeplan.api.payloads import SolverLimits, ZooCapture
 from pipeplan.api.placement.payload import PlacePayload, Tenant, Trigger
 from pipeplan.api.pool import Outcome, QueueFull, Task, WorkerPool
-from pipeplan.api.registry import Registry
-from pipeplan.api.reservations import LENT, with_lent
+from pipeplan.api.registry import Registry, reservation_rows
+from pipeplan.api.reservations import with_lent
 from pipeplan.api.schemas.plans import PlanOptionsIn
 from pipeplan.api.store import new_id, save_graph
 from pipeplan.api.tables import (
@@ -51,7 +51,6 @@ from pipeplan.api.tables import (
     DeploymentRow,
     GraphRow,
     PlanRow,
-    ReservationRow,
     utcnow,
 )
 from pipeplan.costmodel.cluster import Cluster
@@ -161,15 +160,10 @@ class Placement:
                                                                   DeploymentRow.status == "serving")
                                       .order_by(DeploymentRow.created_at, DeploymentRow.id)).scalars().all()
             held = {d.plan_id for d in serving if d.plan_id is not None}
-            fixed: dict[str, list[str]] = {}
-            lent: dict[str, int] = {}
-            for plan_id, device, kind, nbytes in session.execute(
-                    select(ReservationRow.plan_id, ReservationRow.device, ReservationRow.kind, ReservationRow.bytes)
-                    .where(ReservationRow.cluster == event.cluster).order_by(ReservationRow.id)):
-                if kind == LENT:  # a harvesting plan's lender: memory, not a co-runner
-                    lent[device] = lent.get(device, 0) + (nbytes or 0)
-                elif plan_id not in held:
-                    fixed.setdefault(device, []).append(kind)
+            loads, lent_rows = reservation_rows(session, event.cluster)
+            fixed = {device: kinds for device, rows in loads.items()
+                     if (kinds := [kind for plan_id, kind in rows if plan_id not in held])}
+            lent = {device: sum(nbytes for _, nbytes in rows) for device, rows in lent_rows.items()}
             before, after = with_lent(before, lent), with_lent(after, lent)
             tenants = [self._tenant(session, d, "serving") for d in serving]
             subject = event.trigger.deployment

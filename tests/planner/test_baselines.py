@@ -194,13 +194,13 @@ def test_chain_dp_is_heuristic_off_the_exact_case(cluster: Cluster | None, graph
 
 
 def test_chain_dp_pessimistic_estimate_bounds_the_simulator() -> None:
-    from pipeplan.planner.baselines import _chunk_costs, _solve  # the documented upper bound of the estimate
+    from pipeplan.planner.baselines import _Chunks, _solve  # the documented upper bound of the estimate
 
     graph = make_chain([2, 1, 1, 1, 1, 2], [1, 1, 1, 1, 1])
     graph.add_edge("a", "e", 3 * G)  # a's output skips over whole chunks
     graph.add_edge("b", "f", 2 * G)
     problem = make_problem(graph, make_cluster((1e9, 1e9, 1e9, 1e9)))
-    estimate, bounds = _solve(_chunk_costs(problem, 4, pessimistic=True), problem.n_layers)
+    estimate, bounds = _solve(_Chunks(problem, 4).costs(pessimistic=True), problem.n_layers)
     assert evaluate(problem, on_devices(problem, bounds)).bottleneck <= estimate
     assert chain_dp(problem).bottleneck <= evaluate(problem, on_devices(problem, bounds)).bottleneck
 
