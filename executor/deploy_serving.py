@@ -169,7 +169,10 @@ class ServingThreads(Switching):
                 if result.get("origin") == "forward" or not self.serving.recover or self._stopping:
                     self._end(failure)
                     return
-                self._lost(proc.device, f"{proc.device} died: {result['message']}", dead=True)
+                with self._lock:  # a recovery that found it dead already re-planned around it
+                    handled = self._procs.get(proc.device) is not proc
+                if not handled:
+                    self._lost(proc.device, f"{proc.device} died: {result['message']}", dead=True)
             if self._stopping and all(p.ended is not None for p in live.values()):
                 self._end(None)
                 return
