@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import faulthandler
 import logging
 import os
 import socket
@@ -33,6 +34,8 @@ from pipeplan.api.tables import ACTIVE, JobRow, utcnow
 __all__ = ["QueueWorker"]
 
 log = logging.getLogger(__name__)
+
+TEARDOWN_WARNING = 20.0  # seconds after its last job before a stopping worker dumps its stacks
 
 
 class HandBack(Exception):
@@ -59,6 +62,7 @@ class QueueWorker:
         self.app.task(name=TASK, queue=QUEUE, pass_context=True, retry=retry)(self._solve)
         self.queue = JobQueue(self.db, settings.queue_size, settings.queue_lease)  # for the sweeps
         self.handed_back = 0
+        self._stopping = asyncio.Event()
 
     def run(self) -> None:
         self.db.migrate()
@@ -69,6 +73,7 @@ class QueueWorker:
         finally:
             self.pool.close()
             self.db.dispose()
+            faulthandler.cancel_dump_traceback_later()
 
     async def _run(self) -> None:
         from procrastinate.worker import Worker
@@ -93,15 +98,15 @@ class QueueWorker:
             try:
                 await worker.run()
             finally:
-                for side in (sweeper, beating):
-                    side.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await side
+                # Every job has ended or gone back by now: what is left is tidying up.  Should it
+                # hang, say where (every thread's stack, on stderr) rather than hang silently.
+                faulthandler.dump_traceback_later(TEARDOWN_WARNING)
+                self._stopping.set()
+                await _stop_tasks([sweeper, beating])
         log.info("queue worker %s stopped (%d jobs handed back)", self.name, self.handed_back)
 
     async def _heartbeat(self, worker: Any) -> None:
-        while True:
-            await asyncio.sleep(self.settings.queue_heartbeat)
+        while not await self._pause(self.settings.queue_heartbeat):
             if worker.worker_id is not None:
                 try:
                     await self.app.job_manager.update_heartbeat(worker.worker_id)
@@ -109,12 +114,17 @@ class QueueWorker:
                     log.exception("could not send a heartbeat")
 
     async def _sweep_forever(self) -> None:
-        while True:
-            await asyncio.sleep(max(0.5, self.settings.queue_lease / 3))
+        while not await self._pause(max(0.5, self.settings.queue_lease / 3)):
             try:
                 await sweep(self.app, self.queue, self.settings.queue_lease)
             except Exception:  # the database may be away a moment: the next sweep tries again
                 log.exception("sweeping the queue failed")
+
+    async def _pause(self, seconds: float) -> bool:
+        """Wait ``seconds``; True when the worker is stopping (the side task should end)."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), seconds)
+        return self._stopping.is_set()
 
     # -- one job ----------------------------------------------------------------------------------
 
@@ -225,3 +235,22 @@ class QueueWorker:
             session.execute(update(JobRow).where(JobRow.id == job_id, JobRow.attempts == attempt,
                                                  JobRow.status == "running")
                             .values(status="queued", worker=None, worker_pid=None, attempts=attempt - 1))
+
+
+async def _stop_tasks(tasks: list[asyncio.Task[Any]], patience: float = 10.0) -> None:
+    """Cancel ``tasks`` and wait for them, cancelling again those that swallowed it.
+
+    A cancellation can be lost inside a database driver's call (the task then goes on to its next
+    sleep; a stopping worker waited for its sweeper forever, one test run in six): each side task
+    also ends on the worker's stop event, and this waits at most ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    pending = {t for t in tasks if not t.done()}
+    while pending and time.monotonic() < deadline:
+        for task in pending:
+            task.cancel()
+        _done, pending = await asyncio.wait(pending, timeout=min(1.0, max(0.0, deadline - time.monotonic())))
+    if pending:
+        log.error("tasks did not stop when cancelled: %s; left behind", ", ".join(t.get_name() for t in pending))
+    for task in tasks:
+        if task.done() and not task.cancelled() and task.exception() is not None:
+            log.error("%s failed", task.get_name(), exc_info=task.exception())
