@@ -30,11 +30,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.cluster_detect import write_core_cluster
+from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import RunOptions, run_plan
@@ -78,6 +80,7 @@ def main() -> None:
     parser.add_argument("--costmodel", default="learned", help="a cost model spec, or 'profile': each model's own "
                                                                "in-model profile, taken first (learned)")
     parser.add_argument("--batches", type=int, default=4)
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each stage count, interleaved")
     parser.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="the executor's (1f1b)")
     args = parser.parse_args()
     models = {"small": SMALL, "large": LARGE, "all": SMALL + LARGE}.get(args.models, args.models.split(","))
@@ -86,31 +89,72 @@ def main() -> None:
     print(f"# target {args.target}, cost model {args.costmodel}, batch {args.batch}, block granularity, "
           f"schedule {args.schedule}, "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    print("| model | stages | check rel err | slowest stage pred ms | meas ms | median stage compute err | s |")
-    print("|---|---:|---:|---:|---:|---:|---:|")
+    print(f"# {args.rounds} round(s), interleaved; figures are medians over the rounds (range)")
+    print("| model | stages | check rel err | slowest stage pred ms | meas ms | median stage compute err | "
+          "Σ stage compute vs one stage | s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for name in models:
         graph = capture_source(name, args.batch, granularity="block")
         model = cost if cost is not None else _profiled(name, args.batch, folder)
-        for k in (int(x) for x in args.stages.split(",")):
-            started = time.perf_counter()
-            spec = _cluster(folder, k, args.target, args.gpus)
-            problem = Problem(graph, load_cluster(str(spec)), model, PlanOptions(microbatches=4, max_devices=k))
-            plan = time_balanced(problem)
-            plan.cluster = str(spec)
-            try:
-                report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec),
-                                                            schedule=args.schedule))
-            except Exception as exc:  # a benchmark reports every case, failures included
-                print(f"| {name} | {k} | FAILED: {type(exc).__name__}: {str(exc)[:120]} | | | | |")
+        counts = [int(x) for x in args.stages.split(",")]
+        rows: dict[int, list[Round]] = {k: [] for k in counts}
+        failed: dict[int, str] = {}
+        for _ in range(args.rounds):
+            for k in counts:
+                if k in failed:
+                    continue
+                try:
+                    rows[k].append(_run(graph, model, folder, k, args))
+                except Exception as exc:  # a benchmark reports every case, failures included
+                    failed[k] = f"FAILED: {type(exc).__name__}: {str(exc)[:120]}"
+        for k in counts:
+            if k in failed:
+                print(f"| {_short(name)} | {k} | {failed[k]} | | | | | |", flush=True)
                 continue
-            assert report is not None and report.check is not None
-            slowest = max(report.stages, key=lambda s: s.measured["compute"])
-            errors = [abs(s.error["compute"]) for s in report.stages if s.error["compute"] is not None]
-            print(f"| {name.removeprefix('tests.tiny_models:')} | {len(report.stages)} | "
-                  f"{report.check['max_rel_diff']:.1e} | {slowest.predicted['compute'] * 1e3:.2f} | "
-                  f"{slowest.measured['compute'] * 1e3:.2f} | {statistics.median(errors):.0%} | "
-                  f"{time.perf_counter() - started:.1f} |", flush=True)
+            done = rows[k]
+            alone = {i: r.compute_sum for i, r in enumerate(rows.get(1, []))}
+            split = [r.compute_sum / alone[i] - 1 for i, r in enumerate(done) if i in alone and k != 1]
+            print(f"| {_short(name)} | {done[0].stages} | {max(r.check for r in done):.1e} | "
+                  f"{done[0].slowest_pred * 1e3:.2f} | {_spread([r.slowest_meas * 1e3 for r in done], '{:.2f}')} | "
+                  f"{_spread([r.median_error for r in done], '{:.0%}')} | "
+                  f"{_spread(split, '{:+.0%}') if split else ''} | {sum(r.seconds for r in done):.1f} |", flush=True)
 
+
+@dataclass
+class Round:
+    stages: int
+    check: float
+    slowest_pred: float
+    slowest_meas: float
+    median_error: float
+    compute_sum: float  # measured compute of all stages, seconds per microbatch
+    seconds: float
+
+
+def _run(graph: ModelGraph, model: CostModel, folder: Path, k: int, args: argparse.Namespace) -> Round:
+    started = time.perf_counter()
+    spec = _cluster(folder, k, args.target, args.gpus)
+    problem = Problem(graph, load_cluster(str(spec)), model, PlanOptions(microbatches=4, max_devices=k))
+    plan = time_balanced(problem)
+    plan.cluster = str(spec)
+    report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec),
+                                                schedule=args.schedule))
+    assert report is not None and report.check is not None
+    slowest = max(report.stages, key=lambda s: s.measured["compute"])
+    errors = [abs(s.error["compute"]) for s in report.stages if s.error["compute"] is not None]
+    return Round(len(report.stages), report.check["max_rel_diff"], slowest.predicted["compute"],
+                 slowest.measured["compute"], statistics.median(errors),
+                 sum(s.measured["compute"] for s in report.stages), time.perf_counter() - started)
+
+
+def _spread(values: list[float], fmt: str) -> str:
+    """The median, and the range when there is more than one value."""
+    mid = fmt.format(statistics.median(values))
+    return mid if len(values) == 1 else f"{mid} ({fmt.format(min(values))}…{fmt.format(max(values))})"
+
+
+def _short(name: str) -> str:
+    return name.removeprefix("tests.tiny_models:")
 
 if __name__ == "__main__":
     main()
