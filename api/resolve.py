@@ -244,7 +244,7 @@ def _harvest(body: PlanCreate | CompareCreate, cluster: ClusterState, options: P
     try:
         return HarvestOptions(tuple(asked.lenders) if asked.lenders is not None else None, asked.host_memory,
                               asked.host_bandwidth, asked.host_latency, tuple(sorted(asked.reserved.items())),
-                              asked.fetch)
+                              asked.fetch, asked.stash)
     except PlanError as exc:  # the schema has read every value: a rule of the planner's own
         raise ApiError(422, str(exc), loc) from None
 

@@ -47,6 +47,8 @@ def stage_loans(plan: Plan, k: int, result: dict[str, Any], microbatches: int) -
     if harvest is None:
         return None
     out: dict[str, Any] = {"layers": harvest["layers"], "memory": harvest["memory"], "served": harvest["served"]}
+    if harvest.get("stash") is not None:
+        out["stash"] = _stash(plan, k, harvest["stash"], microbatches)
     fetched = harvest["fetched"]
     if not fetched or not microbatches:
         return out
@@ -74,12 +76,32 @@ def stage_loans(plan: Plan, k: int, result: dict[str, Any], microbatches: int) -
     return out
 
 
+def _stash(plan: Plan, k: int, stats: dict[str, Any], microbatches: int) -> dict[str, Any]:
+    """Stage k's stash, per microbatch, beside the plan's (a batch's traffic ÷ M)."""
+    device = plan.stages[k].device
+    planned = next((s for s in plan.harvest.stashes if s.borrower == device), None) if plan.harvest else None
+    m = max(microbatches, 1)
+    moved = stats["bytes_out"] + stats["bytes_in"]
+    predicted = planned.traffic / plan.options.microbatches if planned is not None else None
+    return {"lender": stats["lender"], "puts": stats["puts"] / m, "gets": stats["gets"] / m,
+            "bytes": moved / m, "seconds": stats["seconds"] / m, "waited": stats["waited"] / m,
+            "bandwidth": moved / stats["seconds"] if stats["seconds"] > 0 else None,
+            "predicted_bytes": predicted, "held_by_lender": planned.bytes if planned is not None else None}
+
+
 def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1e3:.3f}"
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{format_bytes(value)}/s"
+
+
+def _served_stash(stash: dict[str, Any] | None) -> str:
+    if not stash:
+        return ""
+    return (f"; held stashed activations ({stash['puts']} in, {stash['gets']} out, "
+            f"{format_bytes(stash['peak'])} at most)")
 
 
 def loans_table(report: RunReport) -> Table | None:
@@ -108,7 +130,12 @@ def loans_table(report: RunReport) -> Table | None:
     served = [f"{x['lender']} held {format_bytes(x['memory']['home'])}"
               + (f" (cap {format_bytes(x['memory']['cap'])})" if x["memory"]["cap"] is not None else "")
               + f", served {x['served']['requests']} fetches, {format_bytes(x['served']['bytes'])}"
+              + _served_stash(x["served"].get("stash"))
               for x in report.lenders]
-    table.caption = ("lenders with a process of their own: " + "; ".join(served)) if served else None
+    stashes = [f"stage {s.index} stashed {format_bytes((s.loans or {})['stash']['bytes'])} a microbatch with "
+               f"{(s.loans or {})['stash']['lender']}" for s in rows if (s.loans or {}).get("stash")]
+
+    parts = (["lenders with a process of their own: " + "; ".join(served)] if served else []) + stashes
+    table.caption = "; ".join(parts) if parts else None
     table.caption_justify = "left"
     return table

@@ -7,10 +7,11 @@ the order the forward runs them, round and round (microbatch after microbatch), 
 asks its lender for the weights and receives them into fresh buffers, over the run's fetch group
 (gloo point-to-point, a process group apart from the pipeline's):
 
-- the borrower sends ``[j]`` (an int64 tensor, tag :data:`REQUEST_TAG`) to the lender, which
-  answers with layer j's tensors packed in one byte buffer (tag :data:`REPLY_TAG`,
-  :func:`pipeplan.executor.weight_pack.pack`), which the borrower views as the tensors; ``[-1]`` says
-  the borrower is done;
+- the borrower sends ``[FETCH, j, 0]`` (an int64 tensor of :data:`REQUEST_WORDS`, tag
+  :data:`REQUEST_TAG`) to the lender, which answers with layer j's tensors packed in one byte buffer
+  (tag :data:`REPLY_TAG`, :func:`pipeplan.executor.weight_pack.pack`), which the borrower views as
+  the tensors; ``[DONE, 0, 0]`` says the borrower is done (the stash's requests share the channel:
+  :mod:`pipeplan.executor.stash`);
 - at most ``STAGING_BUFFERS`` (2, as the planner counts) layers are held at once: the one running
   and the next, prefetched while it runs (more only where the stage's borrowed layers interleave,
   :func:`pipeplan.executor.loan_cut.live_loans`).  The thread waits for a :meth:`Streamer.release` before it
@@ -45,11 +46,22 @@ if TYPE_CHECKING:
     from pipeplan.executor.loan_cut import FetchSpec
     from pipeplan.executor.memory_cap import WeightLedger
 
-__all__ = ["DONE", "REPLY_TAG", "REQUEST_TAG", "Fetched", "Released", "Streamer", "attach"]
+__all__ = ["DONE", "FETCH", "GET", "PUT", "REPLY_TAG", "REQUEST_TAG", "REQUEST_WORDS", "STASH_REPLY_TAG",
+           "STASH_TAG", "Fetched", "Released", "Streamer", "attach", "request"]
 
 REQUEST_TAG = 7301  # distinct from the tags the pipeline uses, though the fetch group is its own
 REPLY_TAG = 7302
-DONE = -1
+STASH_TAG = 7303  # a stashed microbatch's activations, borrower → lender
+STASH_REPLY_TAG = 7304  # and back
+# A request is [op, key, bytes]: FETCH a borrowed layer's weights (key: its slot), PUT a stashed
+# microbatch (key: the microbatch; the buffer follows on STASH_TAG), GET it back; DONE: no more.
+REQUEST_WORDS = 3
+DONE, FETCH, PUT, GET = -1, 0, 1, 2
+
+
+def request(op: int, key: int = 0, nbytes: int = 0) -> torch.Tensor:
+    """A request message (see the module)."""
+    return torch.tensor([op, key, nbytes], dtype=torch.int64)
 SWITCH_INTERVAL = 0.0005  # seconds: the GIL switch interval in a process that fetches or lends beside its stage
 
 
@@ -130,7 +142,6 @@ class Streamer:
             self.by_lender: dict[str, list[float]] = {}  # lender → [fetches, bytes, seconds]
 
     def _run(self) -> None:
-        request = torch.empty(1, dtype=torch.int64)
         try:
             for spec in itertools.cycle(self.fetches):
                 self._credits.acquire()
@@ -139,8 +150,7 @@ class Streamer:
                 flat = torch.empty(spec.nbytes, dtype=torch.uint8)
                 self.ledger.stage([flat], spec.layer, spec.lender_name)
                 started = time.perf_counter()
-                request[0] = spec.slot
-                dist.send(request, dst=spec.lender, group=self.group, tag=REQUEST_TAG)
+                dist.send(request(FETCH, spec.slot), dst=spec.lender, group=self.group, tag=REQUEST_TAG)
                 dist.recv(flat, src=spec.lender, group=self.group, tag=REPLY_TAG)
                 seconds = time.perf_counter() - started
                 if self.device.type != "cpu":
@@ -150,9 +160,8 @@ class Streamer:
         except BaseException as exc:  # handed to the forward, which raises it as the stage's failure
             self._ready.put(_Failed(exc))
             return
-        request[0] = DONE
         for lender in sorted({spec.lender for spec in self.fetches}):
-            dist.send(request, dst=lender, group=self.group, tag=REQUEST_TAG)
+            dist.send(request(DONE), dst=lender, group=self.group, tag=REQUEST_TAG)
 
     def take(self, index: int) -> tuple[torch.Tensor, ...]:
         """Borrowed layer ``index``'s weights, waiting for them if the prefetch has not brought them yet."""

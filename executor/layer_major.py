@@ -5,8 +5,8 @@ microbatch of a batch through one layer before the next: a borrowed layer's weig
 once, serve all M microbatches, and are released; the stage holds the live activations of all M
 meanwhile.  Concatenating the microbatches and running the module once would do the same, but an
 exported stage graph carries its microbatch's shapes (a ``view`` to ``[2, 16, 4, 8]``), so
-:func:`run_layer_major` instead walks the stage's graph once, running each operator M times, one
-per microbatch, and each :class:`~pipeplan.executor.harvest_stream.Fetched` /
+:func:`run_layer_major` instead runs each operator M times, one per microbatch, and each
+:class:`~pipeplan.executor.harvest_stream.Fetched` /
 :class:`~pipeplan.executor.harvest_stream.Released` once (their weights are shared).  Per microbatch
 every operator sees exactly its inputs of a microbatch-major run, so the outputs are bit-identical.
 
@@ -15,25 +15,41 @@ M − 1 calls of a batch keep their inputs and hand back empty output buffers; t
 batch and fills them.  The schedule must therefore hold the batch's sends until its last
 microbatch has run (:class:`pipeplan.executor.schedule.TimedSchedule`'s ``hold_sends``).
 
-Complexity: one pass over the graph's nodes per batch, M calls per operator; a value is dropped
-after its last user has run for every microbatch.
+The walk is by blocks, one per layer (cut after each layer's last operator and after each
+release): each block runs for every microbatch in turn, in alternating order (0…M−1, then M−1…0,
+so the microbatch that ends a block starts the next), a fetch for the first microbatch and a
+release after the last.  With a stash (``stash=True``, :mod:`pipeplan.executor.stash`) the
+microbatches that wait between blocks are sent to a lender and asked back, the next one while the
+current one computes; a :class:`~pipeplan.executor.stash_memory.BatchMeter` counts what the batch
+holds against the device's cap.
+
+Complexity: one pass over the graph's nodes per microbatch; a value is dropped after its last user
+has run for its microbatch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import fx, nn
 
 from pipeplan.executor.harvest_stream import Fetched, Released
-from pipeplan.executor.stages import Boundary
+from pipeplan.executor.stages import LAYER_META, Boundary
+from pipeplan.executor.stash import StashError, storage_key
+from pipeplan.executor.stash_memory import tensors_of
 
 if TYPE_CHECKING:
+    from pipeplan.executor.stash import StashClient
+    from pipeplan.executor.stash_memory import BatchMeter
     from pipeplan.executor.worker import GuardedStage
 
-__all__ = ["LayerMajor", "run_layer_major"]
+__all__ = ["LAYERS_ATTR", "LayerMajor", "run_layer_major"]
+
+# A stage module's attribute: node name → the plan layer of the operator (what LAYER_META says in
+# the node's meta, which pickling drops), set by pipeplan.executor.lending.apply_loans.
+LAYERS_ATTR = "pipeplan_layers"
 
 Env = dict[fx.Node, Any]
 
@@ -61,9 +77,9 @@ def _steps(module: fx.GraphModule) -> list[_Step]:
     return out
 
 
-def _call(module: fx.GraphModule, node: fx.Node, env: Env) -> Any:
-    args = fx.node.map_arg(node.args, env.__getitem__)
-    kwargs = fx.node.map_arg(node.kwargs, env.__getitem__)
+def _call(module: fx.GraphModule, node: fx.Node, value: Callable[[fx.Node], Any]) -> Any:
+    args = fx.node.map_arg(node.args, value)
+    kwargs = fx.node.map_arg(node.kwargs, value)
     if node.op == "call_function":
         return node.target(*args, **kwargs)  # type: ignore[operator]
     if node.op == "call_method":
@@ -71,42 +87,101 @@ def _call(module: fx.GraphModule, node: fx.Node, env: Env) -> Any:
     if node.op == "call_module":
         return module.get_submodule(str(node.target))(*args, **kwargs)
     if node.op == "get_attr":
-        value: Any = module
+        found: Any = module
         for part in str(node.target).split("."):
-            value = getattr(value, part)
-        return value
+            found = getattr(found, part)
+        return found
     raise RuntimeError(f"layer-major run: node {node.name} has an unknown op {node.op!r}")
 
 
-def run_layer_major(module: fx.GraphModule, batch: Sequence[tuple[Any, ...]],
-                    steps: list[_Step] | None = None) -> list[Any]:
-    """``[module(*args) for args in batch]``, computed operator by operator across the batch (see the module).
+def _blocks(module: fx.GraphModule, steps: list[_Step]) -> list[list[_Step]]:
+    """``steps`` cut after each layer's last operator (and the releases right after it), but the
+    last layer's: the layer boundaries at which a batch's microbatches take turns (and stash)."""
+    names = getattr(module, LAYERS_ATTR, {})
+    last: dict[str, int] = {}
+    for i, step in enumerate(steps):
+        layer = step.node.meta.get(LAYER_META, names.get(step.node.name))
+        if not step.shared and isinstance(layer, str):
+            last[layer] = i
+    # and after every release, so that a block never takes a borrowed layer it has not given back
+    releases = [i for i, step in enumerate(steps) if _is_release(module, step.node)]
+    cuts = sorted(set(last.values()))[:-1] + releases
+    ends = []
+    for i in cuts:
+        while i + 1 < len(steps) and _is_release(module, steps[i + 1].node):
+            i += 1
+        ends.append(i)
+    final = max((i for i, step in enumerate(steps)
+                 if not step.shared and step.node.op not in ("placeholder", "output")), default=len(steps))
+    out, begin = [], 0
+    for end in sorted({e for e in ends if e < final}):
+        if end >= begin:
+            out.append(steps[begin:end + 1])
+            begin = end + 1
+    out.append(steps[begin:])
+    return out
+
+
+def _is_release(module: fx.GraphModule, node: fx.Node) -> bool:
+    return node.op == "call_module" and isinstance(module.get_submodule(str(node.target)), Released)
+
+
+def run_layer_major(module: fx.GraphModule, batch: Sequence[tuple[Any, ...]], steps: list[_Step] | None = None,
+                    stash: StashClient | None = None, meter: BatchMeter | None = None) -> list[Any]:
+    """``[module(*args) for args in batch]``, computed layer by layer across the batch (see the module).
+
+    Each block (a layer, :func:`_blocks`) runs for every microbatch in turn, in alternating order
+    (0…M−1, then M−1…0), so the microbatch that ends one block starts the next.  With ``stash`` the
+    others' values leave after each block and come back before the next (the next one's prefetched
+    while the current one runs); ``meter`` counts what the batch holds against the device's cap.
 
     >>> gm = fx.symbolic_trace(nn.Sequential(nn.Linear(2, 2), nn.ReLU()))
     >>> xs = [(torch.ones(1, 2),), (torch.zeros(1, 2),)]
     >>> all(torch.equal(a, b) for a, b in zip(run_layer_major(gm, xs), [gm(*x) for x in xs]))
     True
     """
+    steps = steps if steps is not None else _steps(module)
+    blocks = _blocks(module, steps)
     envs: list[Env] = [{} for _ in batch]
+    shared: Env = {}
     outputs: list[Any] = [None] * len(batch)
-    placeholder = 0
-    for node, shared, free in steps if steps is not None else _steps(module):
-        if node.op == "placeholder":
-            for env, args in zip(envs, batch, strict=True):
-                env[node] = args[placeholder]
-            placeholder += 1
-        elif node.op == "output":
-            outputs = [fx.node.map_arg(node.args[0], env.__getitem__) for env in envs]
-        elif shared:  # a release's arguments only order it: the first microbatch's serve
-            value = _call(module, node, envs[0])
-            for env in envs:
-                env[node] = value
-        else:
-            for env in envs:
-                env[node] = _call(module, node, env)
-        for gone in free:
-            for env in envs:
-                env.pop(gone, None)
+    slot = {node: i for i, node in enumerate(s.node for s in steps if s.node.op == "placeholder")}
+    m = len(batch)
+    for b, block in enumerate(blocks):
+        order = list(range(m)) if b % 2 == 0 else list(range(m - 1, -1, -1))
+        if stash is not None and b and m > 1:
+            stash.prefetch(order[1])
+        for i, mb in enumerate(order):
+            env = envs[mb]
+            if stash is not None and b and i:
+                stash.restore(mb, env)
+                if i + 1 < m:
+                    stash.prefetch(order[i + 1])
+
+            def value(node: fx.Node, env: Env = env) -> Any:
+                return env[node] if node in env else shared[node]
+
+            for node, is_shared, free in block:
+                if node.op == "placeholder":
+                    env[node] = batch[mb][slot[node]]
+                elif node.op == "output":
+                    outputs[mb] = fx.node.map_arg(node.args[0], value)
+                elif is_shared:  # fetched once, when the first microbatch needs it; released after the last
+                    if i == (m - 1 if _is_release(module, node) else 0):
+                        shared[node] = _call(module, node, value)
+                else:
+                    env[node] = _call(module, node, value)
+                for gone in free:
+                    env.pop(gone, None)
+                    if i == m - 1:
+                        shared.pop(gone, None)
+                if meter is not None and meter.strict:
+                    meter.check(envs, shared, batch, f"running {node.name} of microbatch {mb}")
+            if meter is not None and not meter.strict:
+                meter.check(envs, shared, batch, f"after a layer of microbatch {mb}")
+            if stash is not None and b + 1 < len(blocks) and i + 1 < m:
+                keep = {storage_key(t) for t in tensors_of([*shared.values(), *batch[mb]])}
+                stash.put(mb, env, keep)
     return outputs
 
 
@@ -115,9 +190,12 @@ class LayerMajor(nn.Module):
     microbatch per call as ``PipelineStage`` calls it: calls 1 … M − 1 of a batch keep their inputs
     and return empty buffers of ``output_meta``; call M runs the batch and fills them (see the module)."""
 
-    def __init__(self, stage: GuardedStage, microbatches: int, output_meta: Sequence[Boundary]) -> None:
+    def __init__(self, stage: GuardedStage, microbatches: int, output_meta: Sequence[Boundary],
+                 stash: StashClient | None = None, meter: BatchMeter | None = None) -> None:
         super().__init__()
         self.stage = stage
+        self.stash = stash
+        self.meter = meter
         self.microbatches = microbatches
         self.output_meta = list(output_meta)
         self._steps = _steps(stage.module) if isinstance(stage.module, fx.GraphModule) else None
@@ -140,7 +218,9 @@ class LayerMajor(nn.Module):
         if not isinstance(stage.module, fx.GraphModule) or self._steps is None:
             raise RuntimeError("a layer-major stage needs its exported graph module")
         try:
-            outs = run_layer_major(stage.module, batch, self._steps)
+            outs = run_layer_major(stage.module, batch, self._steps, self.stash, self.meter)
+        except StashError:
+            raise  # the transfer's failure, not the forward's: the run blames who failed first
         except Exception as exc:
             from pipeplan.executor.worker import ForwardError  # the worker imports this module
 

@@ -6,7 +6,10 @@ or a host's memory: :func:`run_lender`, which does nothing else).  Either way it
 :class:`~pipeplan.executor.loan_cut.Lent` weights, checks them against its device's cap, and
 answers each request ``[j]`` from a borrower (received from any rank of the fetch group) with
 that borrower's layer j's weights (packed in one buffer), until every borrower has said it is done (``[-1]``).
-The protocol is the borrower's, :mod:`pipeplan.executor.harvest_stream`.  Requests are served one
+The protocol is the borrower's, :mod:`pipeplan.executor.harvest_stream`.  A lender may also hold
+stages' stashed activations (``stash=True``, :mod:`pipeplan.executor.stash`): it keeps each
+``PUT`` microbatch (its :class:`~pipeplan.executor.stash.StashStore`, checked against the cap
+beside the weights it lends) until the stage's ``GET`` takes it back.  Requests are served one
 at a time, so borrowers that share a lender share its link, as the plan's channels assume.
 """
 
@@ -28,9 +31,19 @@ import torch
 import torch.distributed as dist
 
 from pipeplan.executor.errors import RunError, StageFailure
-from pipeplan.executor.harvest_stream import DONE, REPLY_TAG, REQUEST_TAG, SWITCH_INTERVAL
+from pipeplan.executor.harvest_stream import (
+    DONE,
+    FETCH,
+    GET,
+    PUT,
+    REPLY_TAG,
+    REQUEST_TAG,
+    REQUEST_WORDS,
+    SWITCH_INTERVAL,
+)
 from pipeplan.executor.loan_cut import Lent
 from pipeplan.executor.memory_cap import WeightLedger
+from pipeplan.executor.stash import StashStore, borrowers_of
 
 if TYPE_CHECKING:
     from pipeplan.executor.options import RunSetup
@@ -59,17 +72,34 @@ class LenderBuild:
     lent: list[Lent] = field(default_factory=list)
 
 
-def serve(group: dist.ProcessGroup, lent: Sequence[Lent], stats: dict[str, Any]) -> None:
-    """Answer borrowers' requests until each borrower in ``lent`` has said it is done; count in ``stats``."""
+def serve(group: dist.ProcessGroup, lent: Sequence[Lent], stats: dict[str, Any], stash_from: Sequence[int] = (),
+          store: StashStore | None = None) -> None:
+    """Answer borrowers' requests until each borrower in ``lent`` (and each stage in ``stash_from``,
+    whose stashes ``store`` keeps) has said it is done; count in ``stats``."""
     held = {(item.borrower, item.slot): item.flat for item in lent}
-    left = {item.borrower for item in lent}
-    request = torch.empty(1, dtype=torch.int64)
+    left: dict[int, int] = {}  # rank → DONEs still to come: one from its weights' streamer, one from its stash
+    for rank in [*{item.borrower for item in lent}, *stash_from]:
+        left[rank] = left.get(rank, 0) + 1
+    request = torch.empty(REQUEST_WORDS, dtype=torch.int64)
     while left:
         src = dist.recv(request, group=group, tag=REQUEST_TAG)
-        index = int(request[0])
-        if index == DONE:
-            left.discard(src)
+        op, index, nbytes = (int(x) for x in request)
+        if op == DONE:
+            left[src] = left.get(src, 1) - 1
+            if left[src] <= 0:
+                left.pop(src)
             continue
+        if op in (PUT, GET):
+            if store is None:
+                raise RunError(f"rank {src} stashes activations here, but this lender holds no stash")
+            if op == PUT:
+                store.put(group, src, index, nbytes)
+            else:
+                store.get(group, src, index)
+            stats["stash"] = dict(store.stats)
+            continue
+        if op != FETCH:
+            raise RunError(f"rank {src} sent an unknown request {request.tolist()}")
         flat = held.get((src, index))
         if flat is None:
             raise RunError(f"rank {src} asked for borrowed layer {index}, which this lender does not hold")
@@ -86,19 +116,21 @@ def _new_stats(lent: Sequence[Lent]) -> dict[str, Any]:
 
 
 class LenderServer:
-    """:func:`serve` in a thread, beside a stage that also lends."""
+    """:func:`serve` in a thread, beside a stage that also lends (weights, or room for stashes)."""
 
-    def __init__(self, group: dist.ProcessGroup, lent: Sequence[Lent]) -> None:
+    def __init__(self, group: dist.ProcessGroup, lent: Sequence[Lent], stash_from: Sequence[int] = (),
+                 store: StashStore | None = None) -> None:
         self.stats = _new_stats(lent)
         self._error: BaseException | None = None
         self._lent = list(lent)
+        self._stash = (list(stash_from), store)
         sys.setswitchinterval(min(sys.getswitchinterval(), SWITCH_INTERVAL))  # as the streamer does, and why
         self._thread = threading.Thread(target=self._run, args=(group,), name="pipeplan-lender", daemon=True)
         self._thread.start()
 
     def _run(self, group: dist.ProcessGroup) -> None:
         try:
-            serve(group, self._lent, self.stats)
+            serve(group, self._lent, self.stats, *self._stash)
         except BaseException as exc:  # raised again by join, in the stage's own thread
             self._error = exc
 
@@ -133,7 +165,9 @@ def run_lender(rank: int, setup: RunSetup, init_method: str, phases: Phases, bui
         assert groups.fetch is not None
         stats = _new_stats(built.lent)
         phases.enter("lending weights")
-        serve(groups.fetch, built.lent, stats)
+        stash_from = borrowers_of(setup.loans.stashes.items(), rank)
+        store = StashStore(built.name, ledger.cap, ledger.home) if stash_from else None
+        serve(groups.fetch, built.lent, stats, stash_from, store)
         phases.enter("reporting to stage 0")
         result = {"lender": built.name, "rank": rank, "pid": os.getpid(),
                   "cores": list(me.cores or []), "memory": ledger.as_dict(), "served": stats,

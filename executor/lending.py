@@ -15,7 +15,12 @@ waits behind an activation, nor the other way round.
 Memory caps (:class:`pipeplan.executor.memory_cap.WeightLedger`, checked in each process): a
 harvest plan's devices and hosts are capped at what the plan's memory map gives them (capacity
 after the margin and reservations); ``RunOptions.memory_caps`` (``--memory-cap DEV=SIZE``) sets
-or overrides a cap, for any plan.
+or overrides a cap, for any plan.  A layer-major stage counts its batch's live activations and
+stash buffers against it too (:mod:`pipeplan.executor.stash_memory`), a lender the stashes it
+holds (:class:`pipeplan.executor.stash.StashStore`).
+
+Stashes (``plan.harvest.stashes``): each stashing stage's lender gets a rank as a weight lender
+does (a process of its own when it runs no stage); ``LoanSetup.stashes`` maps the stage to it.
 """
 
 from __future__ import annotations
@@ -31,9 +36,11 @@ import torch.distributed as dist
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.units import UnitError, parse_bytes
 from pipeplan.executor.errors import PlanMismatchError
+from pipeplan.executor.layer_major import LAYERS_ATTR
 from pipeplan.executor.lender import LenderBuild
 from pipeplan.executor.loan_cut import cut_loans
 from pipeplan.executor.options import device_values
+from pipeplan.executor.stages import LAYER_META
 from pipeplan.planner.harvest import HOST_PREFIX
 from pipeplan.planner.plan import Plan
 
@@ -59,6 +66,7 @@ class LoanSetup:
     lenders: tuple[LenderSetup, ...] = ()
     caps: dict[str, int] = field(default_factory=dict)  # device id or host:NAME → weight bytes it may hold
     borrowed: dict[int, dict[str, tuple[int, str]]] = field(default_factory=dict)  # stage → layer → lender
+    stashes: dict[int, tuple[int, str]] = field(default_factory=dict)  # stage → the lender of its stash (rank, name)
 
     @property
     def extra(self) -> tuple[LenderSetup, ...]:
@@ -124,10 +132,20 @@ def resolve_loans(plan: Plan, setup: RunSetup) -> RunSetup:
             lenders[loan.lender] = _lender(loan.lender, stage_of, cluster, usable,
                                            len(stage_of) + sum(x.stage is None for x in lenders.values()))
         borrowed.setdefault(k, {})[loan.layer] = (lenders[loan.lender].rank, loan.lender)
+    stashes: dict[int, tuple[int, str]] = {}
+    for stash in plan.harvest.stashes if plan.harvest is not None else []:
+        k = stage_of.get(stash.borrower)
+        if k is None or k not in borrowed:
+            raise PlanMismatchError(f"the plan's harvest stashes the activations of {stash.borrower!r}, but no stage "
+                                    f"on {stash.borrower!r} borrows weights (only a borrowing stage runs layer-major)")
+        if stash.lender not in lenders:
+            lenders[stash.lender] = _lender(stash.lender, stage_of, cluster, usable,
+                                            len(stage_of) + sum(x.stage is None for x in lenders.values()))
+        stashes[k] = (lenders[stash.lender].rank, stash.lender)
     notes = list(setup.notes)
     if loans and setup.device_type == "cuda":
         notes.append("borrowed weights travel through host memory over gloo, not by GPU peer copies or NCCL")
-    return replace(setup, loans=LoanSetup(len(plan.stages), tuple(lenders.values()), caps, borrowed),
+    return replace(setup, loans=LoanSetup(len(plan.stages), tuple(lenders.values()), caps, borrowed, stashes),
                    notes=tuple(notes))
 
 
@@ -163,6 +181,9 @@ def apply_loans(builds: list[StageBuild], setup: RunSetup) -> list[LenderBuild]:
                                     "another of its layers also reads (tied), or that have none: plan without "
                                     "lending them")
         builds[k].fetches = fetches
+        # The operators' layers, by node name, for the layer-major runner's blocks: an fx module's
+        # node meta does not survive the pickling that takes it to its process; its attributes do.
+        setattr(builds[k].module, LAYERS_ATTR, {n.name: n.meta.get(LAYER_META) for n in builds[k].module.graph.nodes})
         for spec, item in zip(fetches, lent, strict=True):
             target = loans.lender(spec.lender_name)
             (builds[target.stage].lent if target.stage is not None else extra[target.name].lent).append(item)

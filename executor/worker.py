@@ -44,6 +44,8 @@ from pipeplan.executor.options import RunSetup, StageSetup
 from pipeplan.executor.schedule import TimedSchedule, run_batches
 from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
 from pipeplan.executor.stages import Boundary, split_program
+from pipeplan.executor.stash import StashClient, StashStore, borrowers_of
+from pipeplan.executor.stash_memory import BatchMeter
 from pipeplan.executor.validate import check_plan
 from pipeplan.planner.plan import Plan
 
@@ -248,7 +250,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
     try:
         groups = make_groups(setup)
         ctrl = groups.ctrl
-        server = LenderServer(groups.fetch, built.lent) if built.lent and groups.fetch is not None else None
+        server = _server(setup, rank, built, groups.fetch, ledger)
         epoch = _agree(built.fingerprint, ctrl)
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
         n_stages = len(setup.stages)  # the world also holds the lenders that run no stage
@@ -260,7 +262,9 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
             attach(guarded, streamer)
         batched = streamer is not None and plan.harvest is not None and plan.harvest.options.batched
         # fetch="batch": each borrowed layer fetched once per batch, every microbatch run through it
-        module = LayerMajor(guarded, setup.microbatches, built.output_meta) if batched else guarded
+        stash = _stash_client(setup, rank, groups.fetch) if batched else None
+        meter = BatchMeter(ledger, setup.microbatches, stash) if batched else None
+        module = LayerMajor(guarded, setup.microbatches, built.output_meta, stash, meter) if batched else guarded
         # Static shapes from the capture: PipelineStage then never runs a stage to infer them.
         pipe_stage = PipelineStage(module, rank, n_stages, wire,
                                    input_args=tuple(b.empty() for b in built.input_meta),
@@ -284,6 +288,8 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                 schedule.batch = 0
                 if streamer is not None:
                     streamer.reset()
+                if stash is not None:
+                    stash.reset()
                 dist.barrier(group=ctrl)
                 phases.enter("running the measured batches")
                 start, cpu = schedule.clock(), time.process_time()
@@ -291,6 +297,8 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                 end, cpu = schedule.clock(), time.process_time() - cpu
                 if streamer is not None:  # the lenders learn this stage is done before it waits for anyone
                     streamer.stop()
+                if stash is not None:
+                    stash.stop()
                 dist.barrier(group=ctrl)  # co-runners stay on until every stage has finished measuring
         except Exception:
             action, batch, mb = schedule.doing
@@ -306,7 +314,12 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
                   "check": check, "phases": phases.seconds}
         if setup.loans is not None:
             phases.enter("waiting for the borrowers of its lent weights")
-            result["harvest"] = _harvest_result(built, ledger, streamer, server, options.timeout)
+            harvest = _harvest_result(built, ledger, streamer, server, options.timeout)
+            if meter is not None:
+                harvest["memory"]["batch"] = meter.as_dict()
+            if stash is not None:
+                harvest["stash"] = dict(stash.stats)
+            result["harvest"] = harvest
         phases.enter("gathering the measurements")
         gathered: list[Any] | None = [None] * n_stages if rank == 0 else None
         dist.gather_object(result, gathered, dst=0, group=ctrl)
@@ -336,6 +349,24 @@ def _lender_build(rank: int, setup: RunSetup) -> LenderBuild:
     built = _rebuilt_stages(plan, rebuilt, setup)[rank]
     assert isinstance(built, LenderBuild)
     return built
+
+
+def _server(setup: RunSetup, rank: int, built: StageBuild, group: dist.ProcessGroup | None,
+            ledger: WeightLedger) -> LenderServer | None:
+    """The lender thread of a stage that lends weights or holds other stages' stashes (None: neither)."""
+    stash_from = borrowers_of(setup.loans.stashes.items(), rank) if setup.loans is not None else []
+    if group is None or not (built.lent or stash_from):
+        return None
+    store = StashStore(setup.stages[rank].device, ledger.cap, ledger.home) if stash_from else None
+    return LenderServer(group, built.lent, stash_from, store)
+
+
+def _stash_client(setup: RunSetup, rank: int, group: dist.ProcessGroup | None) -> StashClient | None:
+    """The stash of a stage whose plan keeps its activations with a lender (None: it keeps them)."""
+    lender = setup.loans.stashes.get(rank) if setup.loans is not None else None
+    if lender is None or group is None:
+        return None
+    return StashClient(lender[0], lender[1], group, setup.options.timeout)
 
 
 def _harvest_result(built: StageBuild, ledger: WeightLedger, streamer: Streamer | None, server: LenderServer | None,

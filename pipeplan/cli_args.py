@@ -60,6 +60,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--comm", choices=("overlap", "serial"), default="overlap",
                    help="a stage's time is max(compute, recv, send) (default) or their sum")
     p.add_argument("--microbatches", type=int, default=4, metavar="M", help="microbatches per batch (4)")
+    p.add_argument("--in-flight", type=int, metavar="N",
+                   help="microbatches whose activations a stage keeps at once (default: all M)")
     p.add_argument("--min-throughput", type=float, metavar="X",
                    help="with --objective latency: at least X samples/s of throughput")
     p.add_argument("--max-devices", "--max-stages", type=int, metavar="N", dest="max_devices",
@@ -91,6 +93,9 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fetch", choices=("microbatch", "batch"), default="microbatch",
                    help="with --harvest: fetch a borrowed layer each microbatch (default), or once per batch (the "
                         "borrowing stage runs its batch layer by layer, holding all its microbatches' activations)")
+    p.add_argument("--stash", action="store_true",
+                   help="with --harvest --fetch batch: a borrowing stage may keep the activations of the microbatches "
+                        "it is not computing with a lender between its layers, instead of holding all of them")
     p.add_argument("--time-limit", type=float, default=10.0, metavar="S", help="solver time limit (10 s)")
     add_costmodel_arg(p)
     p.add_argument("--workers", type=int, metavar="N", help="solver threads (default: all cores)")

@@ -129,7 +129,7 @@ def read_problem(args: argparse.Namespace) -> tuple[Problem, SolverOptions]:
     from pipeplan.planner.problem import PlanOptions, Problem
 
     options = PlanOptions(objective=args.objective, comm=args.comm, microbatches=args.microbatches,
-                          min_throughput=args.min_throughput, max_devices=args.max_devices,
+                          in_flight=args.in_flight, min_throughput=args.min_throughput, max_devices=args.max_devices,
                           memory_margin=args.memory_margin, transfer=args.transfer, pins=tuple(args.pin),
                           keep_together=tuple(_layer_list(group) for group in args.keep_together),
                           forbid_devices=tuple(args.forbid))
@@ -151,8 +151,12 @@ def read_harvest_options(args: argparse.Namespace) -> HarvestOptions | None:
     from pipeplan.planner.harvest import HarvestOptions
 
     if not args.harvest:
-        if args.lender or args.reserve or args.host_memory != "0" or args.fetch != "microbatch":
-            raise CliError("--lender, --reserve, --host-memory and --fetch need --harvest")
+        if args.lender or args.reserve or args.host_memory != "0" or args.fetch != "microbatch" or args.stash:
+            raise CliError("--lender, --reserve, --host-memory, --fetch and --stash need --harvest")
         return None
+    if args.stash and args.fetch != "batch":
+        raise CliError("--stash needs --fetch batch: only a stage that runs its batch layer by layer holds other "
+                       "microbatches' activations between its layers")
     return HarvestOptions(lenders=tuple(args.lender) if args.lender else None, host_memory=args.host_memory,
-                          host_bandwidth=args.host_bandwidth, reserved=tuple(args.reserve), fetch=args.fetch)
+                          host_bandwidth=args.host_bandwidth, reserved=tuple(args.reserve), fetch=args.fetch,
+                          stash=args.stash)

@@ -140,11 +140,14 @@ def memory_map_table(plan: Plan) -> Table:
         raise ValueError("the plan has no harvest section: make it with harvesting on (--harvest)")
     table = Table(title=f"memory map: {format_bytes(harvest.borrowed_bytes)} borrowed in {len(harvest.loans)} "
                   "loans (after the margin)", title_justify="left")
-    for col in ("device", "capacity", "own", "lent", "borrowed", "reserved", "free"):
+    stash = bool(harvest.stashes)  # lent and borrowed include stashed activations, shown apart
+    for col in ("device", "capacity", "own", "lent", "borrowed", "reserved", "free",
+                *(("lent stash", "borrowed stash") if stash else ())):
         table.add_column(col, justify="left" if col == "device" else "right")
     for row in harvest.memory:
         table.add_row(row.device, format_bytes(row.capacity), format_bytes(row.own), format_bytes(row.lent),
-                      format_bytes(row.borrowed), format_bytes(row.reserved), format_bytes(row.free))
+                      format_bytes(row.borrowed), format_bytes(row.reserved), format_bytes(row.free),
+                      *((format_bytes(row.lent_stash), format_bytes(row.borrowed_stash)) if stash else ()))
     return table
 
 
@@ -157,15 +160,18 @@ def loans_table(plan: Plan) -> Table:
     without = "none fits" if harvest.without is None else format_seconds(harvest.without)
     table = Table(title=f"loans, fetched each {harvest.options.fetch} (best without borrowing: {without})",
                   title_justify="left")
-    for col in ("lender", "borrower", "layers", "bytes", "bandwidth", "fetch"):
+    stash = bool(harvest.stashes)
+    for col in ("lender", "borrower", "layers", "bytes", "bandwidth", "fetch", *(("of which stash",) if stash else ())):
         table.add_column(col, justify="left" if col in ("lender", "borrower", "layers") else "right")
     for channel in harvest.channels:
         loans = [loan for loan in harvest.loans if loan.lender == channel.source
                  and (channel.target == "*" or loan.borrower == channel.target)]
-        borrowers = ", ".join(sorted({loan.borrower for loan in loans}))
+        borrowers = ", ".join(sorted({loan.borrower for loan in loans} | {
+            x.borrower for x in harvest.stashes if x.lender == channel.source
+            and (channel.target == "*" or x.borrower == channel.target)}))
         names = [loan.layer for loan in loans]
-        span = names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
+        span = "-" if not names else names[0] if len(names) == 1 else f"{names[0]} … {names[-1]}"
         table.add_row(channel.source, borrowers + (" (shared link)" if channel.target == "*" else ""),
                       f"{len(names)}: {span}", format_bytes(channel.bytes), format_bytes(channel.bandwidth) + "/s",
-                      format_seconds(channel.seconds))
+                      format_seconds(channel.seconds), *((format_bytes(channel.stash),) if stash else ()))
     return table

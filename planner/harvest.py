@@ -4,8 +4,10 @@ A stage may keep some of its layers' weights (``Layer.param_bytes``, whole layer
 memory of another device of the cluster (a *lender*: in the pipeline or not) or of its own host
 (a slower tier, over the host link), and fetch them over that link each microbatch, as the layer
 runs, or once per batch (``fetch="batch"``: the borrowing stage runs its batch layer by layer, all
-microbatches through a layer before the next).  :class:`HarvestOptions` says who may lend, what the
-host tier offers and how often weights are fetched; the solve is
+microbatches through a layer before the next).  With ``fetch="batch"`` and ``stash=True`` such a
+stage may also keep the activations of the microbatches it is not computing, between its layers,
+with a lender (:class:`Stash`, :mod:`pipeplan.planner.harvest_stash`).  :class:`HarvestOptions` says
+who may lend, what the host tier offers and how often weights are fetched; the solve is
 :func:`pipeplan.planner.harvest_solve.solve_harvest`, the scoring :mod:`pipeplan.planner.harvest_score`, the CP-SAT
 terms :mod:`pipeplan.planner.harvest_model`; ``docs/planner.md`` ("Harvesting spare memory") has the rules.
 
@@ -25,8 +27,8 @@ from pipeplan.costmodel.units import UnitError, parse_bytes, parse_rate, parse_s
 from pipeplan.planner.problem import PlanError
 
 __all__ = ["DEFAULT_HOST_BANDWIDTH", "DEFAULT_HOST_LATENCY", "FETCH_MODES", "HOST_PREFIX", "STAGING_BUFFERS",
-           "Channel", "FetchMode", "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch", "fetch_mode",
-           "host_lender"]
+           "STASH_BUFFERS", "Channel", "FetchMode", "Harvest", "HarvestOptions", "Loan", "MemoryRow", "StageFetch",
+           "Stash", "fetch_mode", "host_lender"]
 
 # Host memory over PCIe: what a x16 Gen3 link sustains for large copies (the reload default of
 # pipeplan.planner.migration too); the cluster spec has no host-link field, so it is an option here.
@@ -36,6 +38,9 @@ HOST_PREFIX = "host:"
 # A borrowed layer's weights are staged on the borrower while it runs, and the next borrowed
 # layer's arrive beside them (prefetch), so a borrower keeps two buffers of its largest loan.
 STAGING_BUFFERS = 2
+# A stashing stage (stash=True) holds one microbatch's working set, the next microbatch's stashed
+# activations arriving (prefetched) and the previous one's leaving: two buffers of its largest stash.
+STASH_BUFFERS = 2
 
 # How often a borrower fetches a borrowed layer: as each microbatch runs it (the stage runs its
 # microbatches one after the other), or once per batch (the stage runs the batch layer-major: every
@@ -104,7 +109,9 @@ class HarvestOptions:
     ``host_latency`` price that link.  ``reserved``: bytes other work holds on a device (a
     neighbour's small job), kept out of both its stage and what it lends.  ``fetch``: how often a
     borrower fetches each borrowed layer, ``"microbatch"`` (default) or ``"batch"`` (see
-    :data:`FetchMode`).  Sizes, rates and durations take units: ``"64GiB"``, ``"12GB/s"``, ``"10us"``.
+    :data:`FetchMode`).  ``stash`` (needs ``fetch="batch"``): a borrowing stage may keep the
+    between-layer activations of the microbatches it is not computing with a lender, instead of
+    holding all M.  Sizes, rates and durations take units: ``"64GiB"``, ``"12GB/s"``, ``"10us"``.
     """
 
     lenders: tuple[str, ...] | None = None
@@ -113,9 +120,15 @@ class HarvestOptions:
     host_latency: float = DEFAULT_HOST_LATENCY
     reserved: tuple[tuple[str, int], ...] = ()
     fetch: FetchMode = "microbatch"
+    stash: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "fetch", fetch_mode(self.fetch))
+        if not isinstance(self.stash, bool):
+            raise PlanError(f"harvest stash must be true or false, got {self.stash!r}")
+        if self.stash and self.fetch != "batch":
+            raise PlanError("harvest stash needs fetch='batch': only a stage that runs its batch layer-major holds "
+                            "other microbatches' activations between its layers")
         try:
             object.__setattr__(self, "host_memory", parse_bytes(self.host_memory))
             object.__setattr__(self, "host_bandwidth", parse_rate(self.host_bandwidth))
@@ -139,10 +152,11 @@ class HarvestOptions:
     @classmethod
     def of(cls, *, lenders: Sequence[str] | None = None, host_memory: int | str = 0,
            host_bandwidth: float | str = DEFAULT_HOST_BANDWIDTH, host_latency: float | str = DEFAULT_HOST_LATENCY,
-           reserved: Mapping[str, int | str] | Sequence[str] = (), fetch: str = "microbatch") -> HarvestOptions:
+           reserved: Mapping[str, int | str] | Sequence[str] = (), fetch: str = "microbatch",
+           stash: bool = False) -> HarvestOptions:
         """Options from text as a person writes it: ``of(host_memory="64GiB", reserved={"gpu3": "10GiB"})``
         (the constructor reads the same forms; this one is typed for them)."""
-        return cls(lenders, host_memory, host_bandwidth, host_latency, reserved, fetch)  # type: ignore[arg-type]
+        return cls(lenders, host_memory, host_bandwidth, host_latency, reserved, fetch, stash)  # type: ignore[arg-type]
 
     @property
     def batched(self) -> bool:
@@ -158,7 +172,7 @@ class HarvestOptions:
         return {"lenders": list(self.lenders) if self.lenders is not None else None,
                 "host_memory": self.host_memory, "host_bandwidth": self.host_bandwidth,
                 "host_latency": self.host_latency, "reserved": [list(pair) for pair in self.reserved],
-                "fetch": self.fetch}
+                "fetch": self.fetch, "stash": self.stash}
 
 
 @dataclass
@@ -181,6 +195,20 @@ class Channel:
     bytes: int  # fetched per round: each microbatch, or each batch with fetch="batch"
     seconds: float  # latency + bytes / bandwidth: what every stage reading it waits for, per round
     bandwidth: float  # bytes/s of the link
+    stash: int = 0  # of bytes, stashed activations sent out and fetched back per round (stash=True)
+
+
+@dataclass
+class Stash:
+    """A layer-major stage's between-layer activations, held by a lender (``stash=True``): each
+    microbatch it is not computing is sent out after a layer and fetched back before the next."""
+
+    borrower: str  # the stashing stage's device
+    lender: str  # a device id, or host:NAME
+    bytes: int  # held by the lender at most: (M − 1) × per_microbatch
+    per_microbatch: int  # the most one microbatch holds between two of the stage's layers
+    traffic: int  # bytes sent out and fetched back per batch: 2 (M − 1) × Σ cuts but the last layer's
+    seconds: float  # traffic / the link's bandwidth: its share of its channel each round
 
 
 @dataclass
@@ -192,20 +220,26 @@ class StageFetch:
     fetch: float  # seconds per microbatch
     borrowed: int  # bytes of its weights held elsewhere
     staging: int  # bytes of staging buffers on the device (STAGING_BUFFERS × its largest loan)
+    stashed: int = 0  # bytes of its activations a lender holds for it (stash=True)
+    stash_staging: int = 0  # bytes of stash buffers on the device (STASH_BUFFERS × a microbatch's stash)
 
 
 @dataclass
 class MemoryRow:
     """One lender's or device's memory under the plan, after the margin: ``own + lent + reserved +
-    free = capacity``; ``borrowed`` is held elsewhere and counts on the lenders' rows."""
+    free = capacity``; ``borrowed`` is held elsewhere and counts on the lenders' rows.  ``lent`` and
+    ``borrowed`` include stashed activations (``stash=True``), which ``lent_stash`` and
+    ``borrowed_stash`` give apart."""
 
     device: str  # a device id, or host:NAME
     capacity: int
     own: int  # its stage's memory there (weights kept, activations, workspace, staging)
-    lent: int  # other stages' weights it holds
+    lent: int  # other stages' weights (and stashed activations) it holds
     borrowed: int
     reserved: int
     free: int
+    lent_stash: int = 0  # of lent: other stages' stashed activations
+    borrowed_stash: int = 0  # of borrowed: its stage's activations stashed elsewhere
 
 
 @dataclass
@@ -218,6 +252,7 @@ class Harvest:
     stages: list[StageFetch] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     without: float | None = None  # the best bottleneck (or latency) found without borrowing; None: none fits
+    stashes: list[Stash] = field(default_factory=list)
 
     @property
     def borrowed_bytes(self) -> int:
@@ -226,7 +261,8 @@ class Harvest:
     def to_dict(self) -> dict[str, Any]:
         return {"options": self.options.to_dict(), "loans": [asdict(x) for x in self.loans],
                 "channels": [asdict(x) for x in self.channels], "stages": [asdict(x) for x in self.stages],
-                "memory": [asdict(x) for x in self.memory], "without": self.without}
+                "memory": [asdict(x) for x in self.memory], "without": self.without,
+                "stashes": [asdict(x) for x in self.stashes]}
 
     @classmethod
     def from_dict(cls, doc: Any) -> Harvest:
@@ -236,6 +272,7 @@ class Harvest:
             return cls(HarvestOptions(**doc["options"]), [Loan(**x) for x in doc.get("loans", [])],
                        [Channel(**x) for x in doc.get("channels", [])],
                        [StageFetch(**x) for x in doc.get("stages", [])],
-                       [MemoryRow(**x) for x in doc.get("memory", [])], doc.get("without"))
+                       [MemoryRow(**x) for x in doc.get("memory", [])], doc.get("without"),
+                       [Stash(**x) for x in doc.get("stashes", [])])
         except (KeyError, TypeError) as exc:
             raise PlanError(f"malformed plan: harvest: {exc}") from None

@@ -27,6 +27,11 @@ With ``fetch="batch"`` (M microbatches, one fetch round per batch, the stage run
   workspace: a borrowing stage holds its whole batch's live activations.  ``borrows`` may be 1
   without loans; that only costs memory, so no plan is cut off.
 
+With ``stash=True`` too, a borrowing stage may keep its other microbatches' activations with a
+lender instead (:func:`pipeplan.planner.harvest_stash.add_stash`: ``st[d,l]``, its memory on both
+sides, its traffic on the channel, which :func:`add_harvest` adds beside the weights' terms); the
+``B_v`` row above then applies only when d does not stash.
+
 Each fetch term is rounded down to ticks like every other term, so a plan costs at most its seconds
 in ticks and a bound proven in ticks is a bound in seconds.  The ticks' scale leaves room for the
 fetches: the largest stage time plus the largest possible fetch span about 2³⁰ ticks
@@ -42,6 +47,7 @@ from ortools.sat.python import cp_model
 
 from pipeplan.planner.harvest import STAGING_BUFFERS
 from pipeplan.planner.harvest_score import ChannelKey, Lending
+from pipeplan.planner.harvest_stash import StashTerms, add_stash, worst_stash
 from pipeplan.planner.ilp_constraints import ConstrainedModel
 from pipeplan.planner.ilp_ticks import Ticks, resolution_for
 
@@ -58,7 +64,14 @@ def _worst_fetch(lending: Lending) -> float:
     if not links:
         return 0.0
     slowest = min(bandwidth for bandwidth, _ in links)
-    return sum(latency for _, latency in links) + sum(problem.param_bytes) / slowest
+    return sum(latency for _, latency in links) + (sum(problem.param_bytes) + worst_stash(lending)) / slowest
+
+
+def _top(var: IntVar) -> int:
+    """The largest value of ``var``'s domain (the proto's repeated field takes no negative index:
+    ``domain[-1]`` reads 0)."""
+    domain = var.proto.domain
+    return int(domain[len(domain) - 1])
 
 
 def harvest_ticks(lending: Lending) -> Ticks:
@@ -90,6 +103,7 @@ class HarvestTerms:
 
     loans: dict[tuple[int, int, int], IntVar]  # (layer, device, lender) → w
     extra: list[IntVar]  # every other variable added (channels, fetches, staging): 0 for no loans
+    stash: StashTerms
 
     def read(self, solver: cp_model.CpSolver, dev_of: list[int]) -> list[int | None]:
         """The lender of each layer's weights (None: kept at home) in the solver's plan."""
@@ -107,28 +121,39 @@ class HarvestTerms:
             model.add_hint(var, 0)
 
 
-def _batch_workspace(built: ConstrainedModel, lending: Lending, loans: dict[tuple[int, int, int], IntVar],
-                     extra: list[IntVar]) -> list[IntVar | int]:
+def _batch_workspace(built: ConstrainedModel, lending: Lending, costs: Ticks, loans: dict[tuple[int, int, int], IntVar],
+                     extra: list[IntVar], stash: StashTerms) -> list[IntVar | int]:
     """Per device, the memory a layer-major batch adds beyond the model's workspace ``W[d]`` (``E[d]``
-    of the module; 0 unless ``fetch="batch"``)."""
+    of the module; 0 unless ``fetch="batch"``), and with ``stash=True`` the stash terms in ``stash``."""
     problem, model, x = lending.problem, built.model, built.x
     k = problem.n_devices
     if not lending.options.batched:
         return [0] * k
-    more = [(v, b) for v, (b, w) in enumerate(zip(lending.batch_workspace, problem.workspace, strict=True)) if b > w]
+    work = problem.workspace
+    more = [(v, b) for v, (b, w) in enumerate(zip(lending.batch_workspace, work, strict=True)) if b > w]
+    one = [(v, b) for v, (b, w) in enumerate(zip(lending.stash_workspace, work, strict=True)) if b > w]
     out: list[IntVar | int] = [0] * k
     for d in range(k):
         mine = [w for (_, dev, _), w in loans.items() if dev == d]
         rows = [(v, b) for v, b in more if d in problem.placement.allowed[v]]
-        if not mine or not rows:
+        if not mine or not (rows or lending.options.stash):
             continue
         borrows = model.new_bool_var(f"borrows[{d}]")
-        added = model.new_int_var(0, max(b for _, b in rows), f"E[{d}]")
-        extra += [borrows, added]
+        extra.append(borrows)
         for w in mine:
             model.add_implication(w, borrows)
-        for v, b in rows:
-            model.add(added + built.workspace[d] >= b * (x[v][d] + borrows - 1))
+        stashes: cp_model.LinearExpr | int = 0
+        if lending.options.stash:
+            stashes = add_stash(built, lending, costs, d, borrows, stash, extra)
+        singles = [(v, b) for v, b in one if d in problem.placement.allowed[v]]
+        if not rows and not singles:
+            continue
+        added = model.new_int_var(0, max(b for _, b in rows + singles), f"E[{d}]")
+        extra.append(added)
+        for v, b in rows:  # all M microbatches' live sets, unless it stashes
+            model.add(added + built.workspace[d] >= b * (x[v][d] + borrows - stashes - 1))
+        for v, b in singles if lending.options.stash else []:  # one microbatch's, when it stashes
+            model.add(added + built.workspace[d] >= b * (x[v][d] + stashes - 1))
         out[d] = added
     return out
 
@@ -147,6 +172,7 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
     extra += staging
     borrowed: list[list[tuple[int, IntVar]]] = [[] for _ in range(k)]
     rounds = lending.rounds
+    stash = StashTerms()
     for v in range(n):
         nbytes = problem.param_bytes[v]
         if nbytes == 0:
@@ -165,19 +191,23 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
                 model.add(sum(held) <= x[v][d])
                 model.add(staging[d] >= STAGING_BUFFERS * nbytes * sum(held))
 
-    # -- channels, and what each stage waits for ------------------------------------------------------
+    batch = _batch_workspace(built, lending, costs, loans, extra, stash)
+
+    # -- channels (weights and stashes), and what each stage waits for -------------------------------
     channel: dict[ChannelKey, IntVar] = {}
-    for key, row in terms.items():
+    for key in [*terms, *(c for c in stash.channel if c not in terms)]:
+        row, stashed = terms.get(key, []), stash.channel.get(key, [])
         lender, target = key
         latency = costs.ticks(lending.link(lender, target or 0)[1])
-        top = latency + sum(c for c, _ in row)
+        top = latency + sum(c for c, _ in row) + sum(_top(h) for h, _ in stashed)
         f = channel[key] = model.new_int_var(0, top, f"F[{lender},{target}]")
         extra.append(f)
         paid: list[cp_model.LinearExprT] = [c * w for c, w in row if c]
+        paid += [h for h, _ in stashed]
         if latency:
             opened = model.new_bool_var(f"open[{lender},{target}]")
             extra.append(opened)
-            for _, w in row:
+            for w in [w for _, w in row] + [st for _, st in stashed]:
                 model.add_implication(w, opened)
             paid.append(latency * opened)
         model.add(f >= sum(paid))
@@ -194,7 +224,9 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
             for (_, dev, lender), w in loans.items():
                 if dev == d and lender == host:
                     model.add_implication(w, use)
-            top = shared.proto.domain[-1]
+            if (d, host) in stash.stash:
+                model.add_implication(stash.stash[d, host], use)
+            top = _top(shared)
             model.add(waits >= shared - top * (1 - use))
             reads.append(waits)
         model.add(fetch[d] >= sum(reads))
@@ -207,11 +239,11 @@ def add_harvest(built: ConstrainedModel, lending: Lending, costs: Ticks) -> Harv
 
     # -- memory on both sides -------------------------------------------------------------------------
     kept = problem.options.kept_microbatches
-    batch = _batch_workspace(built, lending, loans, extra)
     for d in range(k):
         own = sum((problem.param_bytes[v] + kept * problem.act_bytes[v]) * x[v][d] for v in range(n))
         model.add(own + built.workspace[d] + batch[d] - sum(b * w for b, w in borrowed[d]) + staging[d]
-                  + sum(b * w for b, w in lent[d]) <= lending.capacity[d])
+                  + stash.buffers.get(d, 0) + sum(b * w for b, w in lent[d]) + sum(stash.lent.get(d, []))
+                  <= lending.capacity[d])
     for lender in range(k, lending.n_lenders):
-        model.add(sum(b * w for b, w in lent[lender]) <= lending.capacity[lender])
-    return HarvestTerms(loans, extra)
+        model.add(sum(b * w for b, w in lent[lender]) + sum(stash.lent.get(lender, [])) <= lending.capacity[lender])
+    return HarvestTerms(loans, extra, stash)

@@ -22,7 +22,11 @@ then takes an assignment (layer → device, as :func:`pipeplan.planner.simulate.
   ``max(workspace_v, M · live_v)`` (:meth:`Lending.batch_workspace`, ``live_v`` the bytes alive while
   v runs one microbatch, :func:`pipeplan.costmodel.memory.liveness`), and it passes a batch on only
   when all of it is done, so the batch's latency is that of a flow shop cut at those stages
-  (:func:`batch_latency`).
+  (:func:`batch_latency`);
+- with ``stash=True`` too, such a stage may keep the microbatches it is not computing with a
+  lender (``stashes``, :mod:`pipeplan.planner.harvest_stash`): one microbatch's working set and two
+  stash buffers on it, ``(M − 1)`` microbatches' stash on the lender, and their traffic out and
+  back on the channel between them, beside the weights.
 
 Everything else (convexity, order, placement constraints, ``max_devices``) is the simulator's,
 run on the problem with memory unconstrained (:meth:`Lending.relaxed`), since memory is checked here.
@@ -35,17 +39,20 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 
-from pipeplan.costmodel.memory import liveness
+from pipeplan.costmodel.memory import Liveness, liveness
 from pipeplan.planner.harvest import (
     HOST_PREFIX,
     STAGING_BUFFERS,
+    STASH_BUFFERS,
     Channel,
     HarvestOptions,
     Loan,
     MemoryRow,
     StageFetch,
+    Stash,
     host_lender,
 )
+from pipeplan.planner.harvest_stash import stash_sizes
 from pipeplan.planner.plan import Stage
 from pipeplan.planner.problem import PlanError, Problem
 from pipeplan.planner.simulate import Assignment, evaluate
@@ -91,21 +98,36 @@ class Lending:
         return self.options.rounds(self.problem.options.microbatches)
 
     @cached_property
+    def _liveness(self) -> Liveness:
+        problem = self.problem
+        return liveness(problem.graph, [problem.costmodel.layer_memory(layer) for layer in problem.graph.layers])
+
+    @cached_property
     def batch_workspace(self) -> list[int]:
         """Per layer, the workspace term of a stage that runs its batch layer-major (``fetch="batch"``):
         at least the usual one, and at least M microbatches' live sets (each microbatch, before,
         at or past layer v, holds a subset of what one holds while v runs)."""
-        problem = self.problem
-        mem = [problem.costmodel.layer_memory(layer) for layer in problem.graph.layers]
-        live = liveness(problem.graph, mem).live
-        m = problem.options.microbatches
-        return [max(w, m * b) for w, b in zip(problem.workspace, live, strict=True)]
+        m = self.problem.options.microbatches
+        return [max(w, m * b) for w, b in zip(self.problem.workspace, self._liveness.live, strict=True)]
 
-    def stage_memory(self, layers: list[int], borrows: bool) -> int:
+    @cached_property
+    def stash_workspace(self) -> list[int]:
+        """Per layer, the workspace term of a layer-major stage that stashes (``stash=True``): one
+        microbatch's working set, ``max(workspace_v, live_v)`` (the stash buffers come on top)."""
+        return [max(w, b) for w, b in zip(self.problem.workspace, self._liveness.live, strict=True)]
+
+    @property
+    def cut(self) -> list[int]:
+        """Per layer, the bytes one microbatch holds just after it (what a stash sends out)."""
+        return self._liveness.cut
+
+    def stage_memory(self, layers: list[int], borrows: bool, stashes: bool = False) -> int:
         """What a stage holding ``layers`` needs before loans: :meth:`Problem.memory`, or with
-        ``fetch="batch"`` and loans, the same with :attr:`batch_workspace` for its workspace."""
-        batch = borrows and self.options.batched
-        return self.problem.memory(layers, self.batch_workspace if batch else None)
+        ``fetch="batch"`` and loans, the same with :attr:`batch_workspace` for its workspace
+        (:attr:`stash_workspace` when it stashes; its stash buffers are the caller's)."""
+        if not (borrows and self.options.batched):
+            return self.problem.memory(layers)
+        return self.problem.memory(layers, self.stash_workspace if stashes else self.batch_workspace)
 
     @property
     def n_lenders(self) -> int:
@@ -157,12 +179,15 @@ class HarvestScore:
     memory: list[MemoryRow]
     violation: str | None
     objective: float  # the latency or the bottleneck, as the problem's objective asks
+    stashes: list[Stash]
 
 
 def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | Sequence[int | None],
-          order: Sequence[str] | None = None) -> HarvestScore:
+          order: Sequence[str] | None = None, stashes: Mapping[str, str] | Sequence[int | None] = ()) -> HarvestScore:
     """Score an assignment whose layers keep weights with lenders: ``loans`` maps a layer name to a
-    lender name (``{"l3": "gpu2", "l4": "host:host0"}``), or gives a lender index or None per layer."""
+    lender name (``{"l3": "gpu2", "l4": "host:host0"}``), or gives a lender index or None per layer;
+    ``stashes`` maps a device to the lender of its stashed activations (``stash=True``), or gives a
+    lender index or None per device."""
     problem = lending.problem
     ev = evaluate(lending.relaxed(), assignment, order)
     dev_of = [0] * problem.n_layers
@@ -194,9 +219,32 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
         borrowed[d] += nbytes
         largest[d] = max(largest[d], nbytes)
         lent[lender] += nbytes
+    stash_of = _stash_homes(lending, stashes)
+    stash_rows: list[Stash] = []
+    stash_out, stash_in, per_mb = [0] * problem.n_devices, [0] * lending.n_lenders, [0] * problem.n_devices
+    channel_stash: dict[ChannelKey, int] = dict.fromkeys(channel_bytes, 0)
+    for d, lender in enumerate(stash_of):
+        if lender is None:
+            continue
+        layers = [v for v in range(problem.n_layers) if dev_of[v] == d]
+        if violation is None:
+            violation = _stash_violation(lending, d, lender, bool(layers), borrowed[d] > 0)
+        per, traffic = stash_sizes(lending, layers)
+        held = (problem.options.microbatches - 1) * per
+        bandwidth, latency = lending.link(lender, d)
+        key = lending.channel(lender, d)
+        channel_bytes[key] = channel_bytes.get(key, 0) + traffic
+        channel_stash[key] = channel_stash.get(key, 0) + traffic
+        channel_seconds.setdefault(key, latency)
+        channel_seconds[key] += traffic / bandwidth
+        stash_rows.append(Stash(problem.devices[d], lending.names[lender], held, per, traffic, traffic / bandwidth))
+        stash_out[d], per_mb[d] = held, per
+        stash_in[lender] += held
+        lent[lender] += held
     fetch = [0.0] * problem.n_devices
     for (lender, target), seconds in channel_seconds.items():
-        readers = [target] if target is not None else sorted({dev_of[v] for v, h in enumerate(home) if h == lender})
+        readers = [target] if target is not None else sorted({dev_of[v] for v, h in enumerate(home) if h == lender}
+                                                             | {d for d, h in enumerate(stash_of) if h == lender})
         for d in readers:
             fetch[d] += seconds / lending.rounds
     serial = problem.options.comm == "serial"
@@ -205,21 +253,24 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
     for i, s in enumerate(ev.stages):
         d = problem.devices.index(s.device)
         t = s.compute + s.recv + s.send + fetch[d] if serial else max(s.compute, s.recv, s.send, fetch[d])
-        own[d] = (lending.stage_memory([problem.index[n] for n in s.layers], borrowed[d] > 0) - borrowed[d]
-                  + STAGING_BUFFERS * largest[d])
+        own[d] = (lending.stage_memory([problem.index[n] for n in s.layers], borrowed[d] > 0, stash_of[d] is not None)
+                  - borrowed[d] + STAGING_BUFFERS * largest[d] + STASH_BUFFERS * per_mb[d])
         stages.append(Stage(i, s.device, s.layers, s.compute, s.recv, s.send, t, own[d], problem.capacity[d]))
     memory = []
     for lender, name in enumerate(lending.names):
         mine = own[lender] if lender < problem.n_devices else 0
-        gave = borrowed[lender] if lender < problem.n_devices else 0
+        gave = borrowed[lender] + stash_out[lender] if lender < problem.n_devices else 0
         reserved = lending.reserved[lender] if lender < problem.n_devices else 0
         cap = lending.capacity[lender]
-        memory.append(MemoryRow(name, cap + reserved, mine, lent[lender], gave, reserved, cap - mine - lent[lender]))
+        memory.append(MemoryRow(name, cap + reserved, mine, lent[lender], gave, reserved, cap - mine - lent[lender],
+                                stash_in[lender], stash_out[lender] if lender < problem.n_devices else 0))
         if violation is None and mine + lent[lender] > cap:
             batch = (f" (with fetch='batch' it holds the live activations of all {problem.options.microbatches} "
-                     "microbatches at once)" if lending.options.batched and gave else "")
-            violation = (f"{name!r} needs {mine} bytes for its stage{batch} and lends {lent[lender]} but offers {cap} "
-                         f"after the margin and reservations: {mine + lent[lender] - cap} bytes short")
+                     "microbatches at once)" if lending.options.batched and gave and not stash_out[lender] else "")
+            note = (f" (of which {stash_in[lender]} bytes are other stages' stashed activations)"
+                    if stash_in[lender] else "")
+            violation = (f"{name!r} needs {mine} bytes for its stage{batch} and lends {lent[lender]}{note} but offers "
+                         f"{cap} after the margin and reservations: {mine + lent[lender] - cap} bytes short")
     times = [s.time for s in stages]
     bottleneck = max(times, default=0.0)
     batched = [lending.options.batched and borrowed[problem.devices.index(s.device)] > 0 for s in stages]
@@ -228,14 +279,17 @@ def score(lending: Lending, assignment: Assignment, loans: Mapping[str, str] | S
         violation = (f"bottleneck {bottleneck:.6g} s is above what min_throughput allows "
                      f"({problem.max_bottleneck:.6g} s)")
     channels = [Channel(lending.names[lender], problem.devices[target] if target is not None else "*",
-                        channel_bytes[(lender, target)], seconds, lending.link(lender, target or 0)[0])
+                        channel_bytes[(lender, target)], seconds, lending.link(lender, target or 0)[0],
+                        channel_stash[(lender, target)])
                 for (lender, target), seconds in sorted(channel_seconds.items(), key=_channel_order)]
     fetches = []
     for s in stages:
         d = problem.devices.index(s.device)
-        fetches.append(StageFetch(s.device, fetch[d], borrowed[d], STAGING_BUFFERS * largest[d]))
+        fetches.append(StageFetch(s.device, fetch[d], borrowed[d], STAGING_BUFFERS * largest[d], stash_out[d],
+                                  STASH_BUFFERS * per_mb[d]))
     objective = latency if problem.options.objective == "latency" else bottleneck
-    return HarvestScore(stages, bottleneck, latency, loan_rows, channels, fetches, memory, violation, objective)
+    return HarvestScore(stages, bottleneck, latency, loan_rows, channels, fetches, memory, violation, objective,
+                        stash_rows)
 
 
 def batch_latency(times: Sequence[float], batched: Sequence[bool], microbatches: int) -> float:
@@ -278,6 +332,35 @@ def _homes(lending: Lending, loans: Mapping[str, str] | Sequence[int | None]) ->
     if len(loans) != problem.n_layers:
         raise PlanError(f"loans must give a lender or None per layer: {len(loans)} for {problem.n_layers} layers")
     return list(loans)
+
+
+def _stash_homes(lending: Lending, stashes: Mapping[str, str] | Sequence[int | None]) -> list[int | None]:
+    """Stash lender index (None: no stash) per device, from either form :func:`score` takes."""
+    problem = lending.problem
+    if isinstance(stashes, Mapping):
+        unknown = sorted(set(stashes) - set(problem.devices))
+        if unknown:
+            raise PlanError(f"a stash names device {unknown[0]!r}, which cluster {problem.cluster.name!r} "
+                            "does not have")
+        return [lending.index(stashes[d]) if d in stashes else None for d in problem.devices]
+    if not stashes:
+        return [None] * problem.n_devices
+    if len(stashes) != problem.n_devices:
+        raise PlanError(f"stashes must give a lender or None per device: {len(stashes)} for {problem.n_devices}")
+    return list(stashes)
+
+
+def _stash_violation(lending: Lending, d: int, lender: int, runs: bool, borrows: bool) -> str | None:
+    name = lending.problem.devices[d]
+    if not lending.options.stash:
+        return (f"{name!r} stashes its activations with {lending.names[lender]!r}, but the harvest options say "
+                "stash=False")
+    if not runs or not borrows:
+        return (f"{name!r} stashes its activations, but only a stage that borrows weights runs its batch "
+                "layer-major and so has other microbatches' activations to stash")
+    if lender not in lending.sources(d):
+        return f"{name!r} may not stash with {lending.names[lender]!r}: {_why_not(lending, lender, d)}"
+    return None
 
 
 def _why_not(lending: Lending, lender: int, d: int) -> str:

@@ -46,30 +46,42 @@ log = logging.getLogger(__name__)
 _RELAXED_SHARE = 0.4  # of the time limit, at most, for the plan with memory unconstrained
 
 
-def harvest_plan(lending: Lending, dev_of: list[int], home: list[int | None], certificate: Certificate,
-                 order: list[str] | None = None, without: float | None = None) -> Plan:
-    """A :class:`Plan` of an assignment with loans, scored by :func:`pipeplan.planner.harvest_score.score`;
-    an invalid one raises :class:`PlanError` naming why."""
-    found = score(lending, dev_of, home, order)
+def harvest_plan(lending: Lending, dev_of: Any, home: Any, certificate: Certificate,
+                 order: list[str] | None = None, without: float | None = None, stashes: Any = ()) -> Plan:
+    """A :class:`Plan` of an assignment with loans (and stashes), scored by
+    :func:`pipeplan.planner.harvest_score.score` (which takes the same forms); an invalid one raises
+    :class:`PlanError` naming why."""
+    found = score(lending, dev_of, home, order, stashes)
     if found.violation is not None:
         raise PlanError(f"{certificate.method} produced an invalid plan: {found.violation}")
     plan = make_plan(lending.relaxed(), dev_of, certificate, order)  # structure and fields; times below
     plan.stages, plan.bottleneck, plan.latency = found.stages, found.bottleneck, found.latency
-    plan.harvest = Harvest(lending.options, found.loans, found.channels, found.fetches, found.memory, without)
+    plan.harvest = Harvest(lending.options, found.loans, found.channels, found.fetches, found.memory, without,
+                           found.stashes)
     return plan
 
 
-def _trim(lending: Lending, dev_of: list[int], home: list[int | None], order: list[str]) -> list[int | None]:
-    """``home`` with every loan the plan does not need for memory returned, largest fetch first."""
+def _trim(lending: Lending, dev_of: list[int], home: list[int | None], order: list[str],
+          stash: list[int | None]) -> tuple[list[int | None], list[int | None]]:
+    """``home`` with every loan the plan does not need for memory returned, largest fetch first (a
+    stage left with no loans stops stashing), then every stash it does not need dropped."""
     problem = lending.problem
-    home = list(home)
+    home, stash = list(home), [s if any(dev_of[v] == d and h is not None for v, h in enumerate(home)) else None
+                               for d, s in enumerate(stash)]
     loaned = sorted((v for v, h in enumerate(home) if h is not None), key=lambda v: -problem.param_bytes[v])
     for v in loaned:
         trial = list(home)
         trial[v] = None
-        if score(lending, dev_of, trial, order).violation is None:
-            home = trial
-    return home
+        borrows = any(dev_of[u] == dev_of[v] and h is not None for u, h in enumerate(trial))
+        trial_stash = [s if d != dev_of[v] or borrows else None for d, s in enumerate(stash)]
+        if score(lending, dev_of, trial, order, trial_stash).violation is None:
+            home, stash = trial, trial_stash
+    for d in [d for d, s in enumerate(stash) if s is not None]:
+        trial_stash = list(stash)
+        trial_stash[d] = None
+        if score(lending, dev_of, home, order, trial_stash).violation is None:
+            stash = trial_stash
+    return home, stash
 
 
 def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
@@ -119,7 +131,9 @@ def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
     details.update(tick_seconds=1.0 / costs.scale, **ran, warm_start=baseline.method if baseline is not None else None)
     if status == cp_model.INFEASIBLE:
         batch = (f"; with fetch='batch' a borrowing stage holds the live activations of all "
-                 f"{real.options.microbatches} microbatches at once (fetch='microbatch' holds one)"
+                 f"{real.options.microbatches} microbatches at once (fetch='microbatch' holds one"
+                 + (", stash=True lets a lender hold all but one" if not lending.options.stash else
+                    "; with stash=True the lenders hold all but one, within their own spare memory") + ")"
                  if lending.options.batched else "")
         raise PlanError(f"{real.graph.model} does not fit on {real.cluster.name!r} even with harvesting: no "
                         "assignment keeps every device, lender and host within its memory (and the constraints)"
@@ -133,19 +147,21 @@ def solve_harvest(problem: Problem, harvest: HarvestOptions | None = None,
     bound = max(bound, solver.best_objective_bound / costs.scale)
     found_dev, found_order = built.read(solver)
     order_names = [real.devices[d] for d in found_order]
-    home = _trim(lending, found_dev, terms.read(solver, found_dev), order_names)
+    home, stash = _trim(lending, found_dev, terms.read(solver, found_dev), order_names,
+                        terms.stash.read(solver, real.n_devices))
     if baseline is not None and without is not None:
-        mine = score(lending, found_dev, home, order_names)
+        mine = score(lending, found_dev, home, order_names, stash)
         if without < mine.objective * (1 - 1e-9):  # ticks can hide a hair; never return a worse plan
             return _finish(lending, plan_devices(real, baseline)[0], no_loans, baseline.device_order(), bound,
                            f"warm start ({baseline.method}); CP-SAT found nothing better", details, started, without)
-    return _finish(lending, found_dev, home, order_names, bound, "cp-sat", details, started, without)
+    return _finish(lending, found_dev, home, order_names, bound, "cp-sat", details, started, without, stash)
 
 
 def _finish(lending: Lending, dev_of: list[int], home: list[int | None], order: list[str], bound: float,
-            source: str, details: dict[str, Any], started: float, without: float | None) -> Plan:
+            source: str, details: dict[str, Any], started: float, without: float | None,
+            stash: list[int | None] | None = None) -> Plan:
     """The plan with its certificate in seconds."""
-    plan = harvest_plan(lending, dev_of, home, Certificate("ilp", "FEASIBLE", 0.0), order, without)
+    plan = harvest_plan(lending, dev_of, home, Certificate("ilp", "FEASIBLE", 0.0), order, without, stash or ())
     objective = plan.objective_value
     bound = min(bound, objective)  # valid; only float noise can put it above a plan
     optimal = relative_gap(objective, bound) <= EXACT_TOLERANCE

@@ -2,14 +2,15 @@
 
 A request's ``harvest`` (:class:`HarvestIn`) is :class:`pipeplan.planner.harvest.HarvestOptions`, with
 the same names as the command line's ``--lender``, ``--host-memory``, ``--host-bandwidth``,
-``--reserve`` and ``--fetch``; its presence turns harvesting on, as ``--harvest`` does.  Sizes, rates and durations
+``--reserve``, ``--fetch`` and ``--stash``; its presence turns harvesting on, as ``--harvest`` does.
+Sizes, rates and durations
 are numbers (bytes, bytes/s, seconds) or text with a unit (``"64GiB"``, ``"12GB/s"``, ``"10us"``); each
 is read here, so a bad one is a 422 naming its field.  Which devices exist is checked against the
 cluster by :mod:`pipeplan.api.resolve`.
 
 The answer's plan document then carries ``harvest`` (:class:`HarvestDoc`): the memory map per
-device and lending host, the loans (who lends which layer's weights to whom) and the links that
-carry the fetches.
+device and lending host, the loans (who lends which layer's weights to whom), the stashes (whose
+activations a lender holds, with ``stash``) and the links that carry the fetches.
 """
 
 from __future__ import annotations
@@ -17,13 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, Field, ValidationInfo, WithJsonSchema, field_validator
 
 from pipeplan.api.schemas.common import Strict
 from pipeplan.costmodel.units import UnitError, parse_bytes, parse_rate, parse_seconds
 from pipeplan.planner.harvest import DEFAULT_HOST_BANDWIDTH, DEFAULT_HOST_LATENCY
 
-__all__ = ["ChannelDoc", "HarvestDoc", "HarvestIn", "LoanDoc", "MemoryRowDoc", "StageFetchDoc"]
+__all__ = ["ChannelDoc", "HarvestDoc", "HarvestIn", "LoanDoc", "MemoryRowDoc", "StageFetchDoc", "StashDoc"]
 
 # The planner's memory terms are int64 in CP-SAT: sizes stay far below 2**63 (as a graph's do).
 MAX_BYTES = 2**48
@@ -82,6 +83,18 @@ class HarvestIn(Strict):
         "microbatch", description="how often a borrower fetches a borrowed layer (--fetch): each microbatch, or once "
                                   "per batch (its stage runs the batch layer by layer and holds all its microbatches' "
                                   "activations)")
+    stash: bool = Field(
+        False, description="with fetch 'batch' (--stash): a borrowing stage may keep the activations of the "
+                           "microbatches it is not computing with a lender between its layers, instead of holding "
+                           "all of them")
+
+    @field_validator("stash")
+    @classmethod
+    def _stash_needs_batch(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("fetch") != "batch":
+            raise ValueError("stash needs fetch 'batch': only a stage that runs its batch layer by layer holds other "
+                             "microbatches' activations between its layers")
+        return value
 
 
 class LoanDoc(BaseModel):
@@ -98,6 +111,16 @@ class ChannelDoc(BaseModel):
     bytes: int = Field(..., description="fetched per round: each microbatch, or each batch with fetch 'batch'")
     seconds: float | None = Field(..., description="latency + bytes / bandwidth, per round")
     bandwidth: float | None = Field(..., description="bytes/s of the link")
+    stash: int = Field(0, description="of bytes, stashed activations sent out and fetched back per round")
+
+
+class StashDoc(BaseModel):
+    borrower: str = Field(..., description="the stage's device whose activations the lender holds between layers")
+    lender: str = Field(..., description="the device holding them, or host:NAME")
+    bytes: int = Field(..., description="held by the lender at most: (microbatches - 1) x per_microbatch")
+    per_microbatch: int = Field(..., description="the most one microbatch holds between two of the stage's layers")
+    traffic: int = Field(..., description="bytes sent out and fetched back per batch")
+    seconds: float | None = Field(..., description="traffic / the link's bandwidth, per batch")
 
 
 class StageFetchDoc(BaseModel):
@@ -105,6 +128,8 @@ class StageFetchDoc(BaseModel):
     fetch: float | None = Field(..., description="seconds of fetches per microbatch")
     borrowed: int = Field(..., description="bytes of its weights held elsewhere")
     staging: int = Field(..., description="bytes of staging buffers on the device")
+    stashed: int = Field(0, description="bytes of its activations a lender holds (stash)")
+    stash_staging: int = Field(0, description="bytes of stash buffers on the device")
 
 
 class MemoryRowDoc(BaseModel):
@@ -114,10 +139,12 @@ class MemoryRowDoc(BaseModel):
     device: str = Field(..., description="a device id, or host:NAME")
     capacity: int = Field(..., description="bytes after the memory margin")
     own: int = Field(..., description="its stage's bytes there (weights kept, activations, staging buffers)")
-    lent: int = Field(..., description="bytes of other stages' weights it holds")
-    borrowed: int = Field(..., description="bytes of its stage's weights held by lenders")
+    lent: int = Field(..., description="bytes of other stages' weights (and stashed activations) it holds")
+    borrowed: int = Field(..., description="bytes of its stage's weights (and stashed activations) held by lenders")
     reserved: int = Field(..., description="bytes other work holds (the request's harvest.reserved)")
     free: int
+    lent_stash: int = Field(0, description="of lent, other stages' stashed activations")
+    borrowed_stash: int = Field(0, description="of borrowed, its stage's activations stashed with a lender")
 
 
 class HarvestDoc(BaseModel):
@@ -130,3 +157,4 @@ class HarvestDoc(BaseModel):
     memory: list[MemoryRowDoc] = Field(..., description="the memory map: per device, then per lending host")
     without: float | None = Field(..., description="the best bottleneck (or latency) without borrowing; "
                                                    "null when nothing fits without it")
+    stashes: list[StashDoc] = Field(default_factory=list, description="whose activations a lender holds (stash)")

@@ -44,3 +44,26 @@ def test_a_model_that_fits_nowhere_plans_by_borrowing_the_hosts_memory(tmp_path:
     assert misused.returncode == 2 and "need --harvest" in misused.stderr
     misused = run(*common, "--fetch", "batch")
     assert misused.returncode == 2 and "need --harvest" in misused.stderr
+
+
+
+def test_stash_reaches_the_planner_and_is_refused_without_batch(tmp_path: Path) -> None:
+    # The planner's own tests (tests/planner/test_harvest_stash.py) have a batch that fits only with a
+    # stash, where a stage keeps one microbatch in flight (--in-flight 1; with all M in flight,
+    # layer-major adds nothing a stash could take away). Here the flags reach the plan; these
+    # activations are small, so the trim keeps no stash.
+    (tmp_path / "costs.csv").write_text(CSV)
+    two_types().save(tmp_path / "pair.yaml")
+    common = ("plan", f"table:{tmp_path / 'costs.csv'}", "--cluster", str(tmp_path / "pair.yaml"),
+              "--memory-margin", "0", "--workers", "1", "--harvest", "--host-memory", "8GiB")
+    out = tmp_path / "plan.json"
+    result = run(*common, "--fetch", "batch", "--stash", "--in-flight", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    saved = json.loads(out.read_text())
+    assert saved["options"]["in_flight"] == 1
+    harvest = saved["harvest"]
+    assert harvest["options"]["stash"] is True and harvest["stashes"] == []  # the trim drops stashes not needed
+    misused = run(*common, "--stash")
+    assert misused.returncode == 2 and "--stash needs --fetch batch" in misused.stderr
+    misused = run(*common[:-3], "--stash")
+    assert misused.returncode == 2 and "need --harvest" in misused.stderr

@@ -43,14 +43,16 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def loan_plan(model: str, cluster: Path, cut: str, loans: dict[str, str], batch: int = 2, fetch: str = "microbatch",
-              microbatches: int = 2) -> Plan:
-    """Two stages (cpu0 up to ``cut``, cpu1 from it) whose layers keep weights with ``loans``' lenders."""
+              microbatches: int = 2, stashes: dict[str, str] | None = None) -> Plan:
+    """Two stages (cpu0 up to ``cut``, cpu1 from it) whose layers keep weights with ``loans``' lenders
+    (and whose activations stash with ``stashes``' lenders)."""
     graph = capture_model(model, batch)
     problem = Problem(graph, load_cluster(str(cluster)), options=PlanOptions(microbatches=microbatches))
-    lending = Lending(problem, HarvestOptions.of(host_memory="1GiB", fetch=fetch))
+    lending = Lending(problem, HarvestOptions.of(host_memory="1GiB", fetch=fetch, stash=bool(stashes)))
     order = [layer.name for layer in graph.layers]
     dev_of = [0 if i < order.index(cut) else 1 for i in range(len(order))]
-    return harvest_plan(lending, dev_of, loans, Certificate("test-loans", "HEURISTIC", 0.0), ["cpu0", "cpu1"])
+    return harvest_plan(lending, dev_of, loans, Certificate("test-loans", "HEURISTIC", 0.0), ["cpu0", "cpu1"],
+                        stashes=stashes or {})
 
 
 def stage_weights(plan: Plan) -> list[int]:
@@ -162,6 +164,60 @@ def test_fetching_once_per_batch_serves_each_borrowed_layer_once_a_batch(cluster
     # Still at most two borrowed layers held at once.
     largest = max(graph[name].param_bytes for name in BLOCK_LAYERS)
     assert borrower["memory"]["home"] < borrower["memory"]["peak"] <= borrower["memory"]["home"] + 2 * largest
+
+
+@slow
+@pytest.mark.parametrize("keeper", ["cpu2", "cpu0"])
+def test_a_stash_lender_holds_the_batch_between_layers_and_the_outputs_match(cluster: Path, keeper: str) -> None:
+    # stash=True, M = 4: cpu1 runs its batch layer-major, fetching blocks 2-3's weights from cpu2,
+    # and keeps the microbatches it is not computing between layers with cpu2 (which runs no stage),
+    # or with cpu0 (whose stage process holds them beside running stage 0).
+    plan = loan_plan("tinygpt", cluster, "blocks.2.ln1", {name: "cpu2" for name in BLOCK_LAYERS}, fetch="batch",
+                     microbatches=4, stashes={"cpu1": keeper})
+    assert plan.harvest is not None and [(s.borrower, s.lender) for s in plan.harvest.stashes] == [("cpu1", keeper)]
+    row = {r.device: r for r in plan.harvest.memory}[keeper]
+    assert row.lent_stash == plan.harvest.stashes[0].bytes > 0
+    report = run_plan(plan, options=_options(cluster))
+    assert report is not None and report.check is not None and report.check["ok"], report and report.check
+    assert report.check["max_abs_diff"] == 0.0, report.check  # bit for bit
+    borrower = report.stages[1].loans
+    assert borrower is not None and borrower["stash"]["lender"] == keeper
+    stash = borrower["stash"]
+    # Each batch, 3 of the 4 microbatches leave at every layer boundary and all come back.
+    assert stash["puts"] == stash["gets"] > 0 and (stash["puts"] * 4) % 3 == 0
+    assert stash["bytes"] > 0 and stash["bandwidth"] > 0
+    # The lender served them: counted in and out, warm-up included, and held at most M - 1 at once.
+    (lender,) = report.lenders  # cpu2, with a process of its own, lends the weights either way
+    first = report.stages[0].loans
+    served = lender["served"]["stash"] if keeper == "cpu2" else (first or {})["served"]["stash"]
+    rounds = report.batches + report.warmup
+    assert served["puts"] == served["gets"] == stash["puts"] * report.microbatches * rounds
+    assert 0 < served["peak"] <= plan.harvest.stashes[0].bytes  # within what the plan charged the lender
+    # The borrower's memory, counted against its cap: weights, live activations, stash buffers.
+    batch = borrower["memory"]["batch"]
+    assert batch["activations"] > 0 and batch["peak"] <= borrower["memory"]["cap"]
+
+
+@slow
+@pytest.mark.parametrize(("stashes", "caps", "failure", "named"), [
+    # cpu1's weights (0.5 MiB at most, fetched ones included) fit 1.5 MiB; its batch's live activations do not.
+    (None, {"cpu1": "1.5MiB"}, StageFailure,
+     r"stage 1 on cpu1 failed: MemoryCapError: cpu1 would hold [\d.]+ MiB \([\d.]+ KiB of weights, "
+     r"[\d.]+ (K|M)iB of live "
+     r"activations of its layer-major batch of 4 microbatches\) running \w+ of microbatch \d, over its memory cap "
+     r"of 1\.5 MiB"),
+    # cpu2 lends 1.51 MiB of weights and cannot also hold the stash (0.94 MiB at most) in 2 MiB.
+    ({"cpu1": "cpu2"}, {"cpu2": "2MiB"}, LenderFailure,
+     r"lender cpu2 .* failed: MemoryCapError: cpu2 would hold [\d.]+ MiB \(1\.51 MiB of weights lent to other "
+     r"stages, [\d.]+ KiB of stashed activations, [\d.]+ KiB more from rank 1\), over its memory cap of 2 MiB"),
+])
+def test_a_cap_too_small_for_the_batch_or_the_stash_fails_naming_the_device(
+        cluster: Path, stashes: dict[str, str] | None, caps: dict[str, str], failure: type[Exception],
+        named: str) -> None:
+    plan = loan_plan("tinygpt", cluster, "blocks.2.ln1", {name: "cpu2" for name in BLOCK_LAYERS}, fetch="batch",
+                     microbatches=4, stashes=stashes)
+    with pytest.raises(failure, match=named):
+        run_plan(plan, options=_options(cluster, memory_caps=caps, timeout=10.0))
 
 
 def test_a_loan_the_stages_do_not_run_is_refused(cluster: Path) -> None:
