@@ -10,7 +10,9 @@
         print(d.stats().latency["p99"], d.stats().switches)
 
 One process per device (:mod:`pipeplan.executor.deploy_procs`), serving a stage of the current layout
-(:mod:`pipeplan.executor.deploy_stage`).  Threads of this process drive them:
+(:mod:`pipeplan.executor.deploy_stage`); a harvest plan's lenders outside the pipeline are processes
+too, and its borrowed weights are streamed as a run streams them (:mod:`pipeplan.executor.deploy_loans`:
+only the layout a deployment starts with may borrow).  Threads of this process drive them:
 
 - the *feeder*, the *collector* and the *supervisor* (:mod:`pipeplan.executor.deploy_serving`) dispatch
   microbatches, answer requests and watch the processes; a lost device is re-planned around —
@@ -42,11 +44,14 @@ from torch import nn
 
 from pipeplan.costmodel.source import flat_inputs
 from pipeplan.executor.deploy_batcher import Request, RequestQueue, input_specs, sample_inputs
+from pipeplan.executor.deploy_loans import check_servable
 from pipeplan.executor.deploy_options import ServeOptions
 from pipeplan.executor.deploy_serving import ServingThreads
 from pipeplan.executor.deploy_stats import DeploymentStats, Meter
 from pipeplan.executor.errors import DeploymentClosed, PlanMismatchError, QueueFullError
 from pipeplan.executor.launch import torchrun_env
+from pipeplan.executor.lender import LenderBuild
+from pipeplan.executor.lending import apply_loans, resolve_loans
 from pipeplan.executor.options import RunOptions, RunSetup, resolve
 from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild
 from pipeplan.executor.validate import check_plan
@@ -63,7 +68,7 @@ class Deployment(ServingThreads):
     """A running pipeline; make it with :func:`deploy_plan`.  Thread-safe."""
 
     def __init__(self, plan: Plan, setup: RunSetup, rebuilt: Rebuilt, builds: list[Any], options: RunOptions,
-                 serving: ServeOptions) -> None:
+                 serving: ServeOptions, lenders: list[LenderBuild] | None = None) -> None:
         self.plan = plan
         self.serving = serving
         self.batch_size = plan.batch_size
@@ -95,7 +100,7 @@ class Deployment(ServingThreads):
         for thread in self._threads:
             thread.start()
         try:
-            self._start(builds)
+            self._start(builds, lenders or [])
         except BaseException:
             self._end(None)
             raise
@@ -209,11 +214,17 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     example ``inputs``); ``options`` are a run's (cluster, device, threads, ``timeout`` of every
     wait, schedule); ``serving`` how requests are taken and when the layout changes.  Raises what
     ``run_plan`` raises before anything starts, and :class:`~pipeplan.executor.errors.StageFailure` if a
-    stage fails to start.
+    stage fails to start.  A plan that borrows memory (a ``harvest`` section with loans) is served with
+    its loans, lenders as processes of the deployment (:mod:`pipeplan.executor.deploy_loans`), if it
+    fetches each microbatch and stashes nothing (else a :class:`~pipeplan.executor.errors.PlanMismatchError`).
     """
     options = options or RunOptions()
     if options.loads:
         raise PlanMismatchError("a deployment starts no co-runners (--load): it serves under the loads it finds")
+    if options.memory_caps:
+        raise PlanMismatchError("a deployment takes no memory caps (memory_caps, --memory-cap): a harvest plan's "
+                                "memory map caps the layout it starts with; run the plan with `pipeplan run` to "
+                                "check other caps")
     if torchrun_env() is not None:
         raise PlanMismatchError("a deployment starts its stage processes itself; run it outside torchrun")
     # A deployment runs until closed, and checks no batch of its own: the tests compare its answers.
@@ -221,14 +232,17 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     options = dataclasses.replace(options, run_timeout=math.inf, check_batches=0, calibrate=False)
     if not isinstance(plan, Plan):
         plan = Plan.load(plan)
-    setup = resolve(plan, options, local=True)
+    check_servable(plan)
+    setup = resolve_loans(plan, resolve(plan, options, local=True))
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
     from pipeplan.executor.worker import build_stages
 
     builds = build_stages(plan, rebuilt, check=False)
-    log.info("deploying %s on %d stage processes (%s)", plan.model, setup.world_size, setup.backend)
-    deployment = Deployment(plan, setup, rebuilt, builds, options, serving or ServeOptions())
+    lenders = apply_loans(builds, setup)  # a harvest plan's: the lent weights leave their stages (deploy_loans)
+    log.info("deploying %s on %d stage processes%s (%s)", plan.model, len(setup.stages),
+             f" and {len(lenders)} lender processes" if lenders else "", setup.backend)
+    deployment = Deployment(plan, setup, rebuilt, builds, options, serving or ServeOptions(), lenders)
     deployment.reference = rebuilt.model
     if calibrate:
         deployment.calibration = (rebuilt.captured.graph, setup)

@@ -137,8 +137,26 @@ def _switches_table(stats: DeploymentStats) -> Any:
     return table
 
 
+def _loans_lines(d: Deployment) -> list[str]:
+    """What each borrowing stage fetched and each lender process held, from the processes' totals."""
+    from pipeplan.costmodel.units import format_bytes
+
+    lines = []
+    for t in d.totals or []:
+        fetched = t.get("loans", {}).get("fetched")
+        if fetched:
+            lenders = ", ".join(sorted(fetched["lenders"]))
+            lines.append(f"{t['device']} fetched borrowed weights {fetched['fetches']} times "
+                         f"({format_bytes(fetched['bytes'])}) from {lenders}, waiting {fetched['waited'] * 1e3:.1f} ms")
+        if "lent" in t:
+            lines.append(f"lender {t['device']} held {format_bytes(t['lent']['memory']['home'])} of weights and "
+                         f"served {t['lent']['served']['requests']} fetches")
+    return lines
+
+
 def _switch_arg(text: str | None) -> tuple[Plan, int] | None:
     from pipeplan.cli_args import CliError
+    from pipeplan.executor.deploy_options import refuse_loans
     from pipeplan.planner.plan import Plan
 
     if text is None:
@@ -146,7 +164,9 @@ def _switch_arg(text: str | None) -> tuple[Plan, int] | None:
     path, sep, count = text.rpartition("@")
     if not sep or not path or not count.isdigit():
         raise CliError(f"--switch {text!r}: write PLAN.json@N, e.g. other.json@500")
-    return Plan.load(path), int(count)
+    plan = Plan.load(path)
+    refuse_loans(plan, f"--switch {path}")  # before the deployment starts, not once N requests are in
+    return plan, int(count)
 
 
 def cmd_deploy(args: argparse.Namespace) -> None:
@@ -156,6 +176,7 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     from rich.console import Console
 
     from pipeplan.executor.deploy import ServeOptions, deploy_plan
+    from pipeplan.executor.deploy_loans import check_servable
     from pipeplan.executor.options import RunOptions
     from pipeplan.executor.source import with_source
     from pipeplan.planner.plan import Plan
@@ -166,6 +187,7 @@ def cmd_deploy(args: argparse.Namespace) -> None:
         serving = ServeOptions(queue_size=args.queue_size, max_wait_ms=args.max_wait_ms, in_flight=args.in_flight,
                                recover=not args.no_recover, drift=args.drift)
     plan = with_source(Plan.load(args.plan), args.model)
+    check_servable(plan)  # deploy_plan refuses it too; here before --switch's plan is read
     switch = _switch_arg(args.switch)
     console = Console() if sys.stdout.isatty() else Console(width=170)
     with deploy_plan(plan, options=options, serving=serving) as d:
@@ -179,6 +201,8 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     checked = requests[: args.check] if len(futures) == len(requests) else []
     console.print(_check(d, checked, answers[: len(checked)]) if checked else
                   "answers not checked" + (" (some requests were refused)" if args.check else ""))
+    for line in _loans_lines(d):
+        console.print(line)
     for note in d.calibration_notes:
         console.print(note)
     if args.stats:

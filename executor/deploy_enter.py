@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.executor.deploy_layout import LayoutOrders, StateIndex, layout_orders, stage_builds
+from pipeplan.executor.deploy_options import refuse_loans
 from pipeplan.executor.deploy_procs import DeviceProcess, start_device
 from pipeplan.executor.deploy_stage import Parked, Ready
 from pipeplan.executor.deploy_stats import LayerMove, SwitchRecord
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from pipeplan.costmodel.capture import CapturedProgram
     from pipeplan.executor.deploy_options import ServeOptions
     from pipeplan.executor.deploy_stats import Meter
+    from pipeplan.executor.lender import LenderBuild
     from pipeplan.executor.worker import StageBuild
 
 __all__ = ["LayoutEntry"]
@@ -70,15 +72,17 @@ class LayoutEntry:
         self._reports: dict[tuple[int, str], Ready | Parked] = {}
         self._layout = -1
 
-    def _start(self, builds: list[Any]) -> None:
+    def _start(self, builds: list[Any], lenders: list[LenderBuild]) -> None:
         orders = layout_orders(0, self._setup, builds, self._index, {}, init_method=_init_method(),
-                               epoch=self._epoch, first=True)
+                               epoch=self._epoch, first=True, lenders=lenders)
         self._enter(orders, self._setup, self.plan, self.serving.start_timeout)
 
     def _enter_plan(self, plan: Plan, why: str, started: float, held: float, drained: float,
                     replayed: int) -> SwitchRecord:
         if not self._procs and not self.cluster.devices:
             raise RunError("no devices left to serve on")
+        # Only the first layout borrows (deploy_loans): a recovery that lost no process cannot enter it again.
+        refuse_loans(plan, "the deployment's layout, entered again after a failed transfer,")
         path = Path(self._tmp.name) / f"cluster-{self._layout + 1}.json"
         self.cluster.save(path)
         setup = resolve(plan, dataclasses.replace(self._options, cluster=str(path)), local=True)
@@ -154,7 +158,9 @@ class LayoutEntry:
             self._setup, self.plan = setup, plan
             self._devices = [s.device for s in setup.stages]
             for device, order in orders.orders.items():
-                if order.stage is None:
+                if order.lend is not None:  # a lender of its own: what it lends is no state it holds
+                    self._holdings[device] = set()
+                elif order.stage is None:
                     self._procs.pop(device, None)
                     self._holdings.pop(device, None)
                 else:

@@ -15,12 +15,14 @@ state tensor a new stage needs:
 Except at the start, the stage modules go to the processes as skeletons, their buffers on the meta
 device: weights never travel through the orders unless reloaded.  Ranks: stage k is rank k; a live
 process that holds state someone needs but serves no stage joins after them, sends, and ends; a
-live process with neither ends.
+live process with neither ends.  The first layout of a harvest plan also has lender processes of
+their own (:mod:`pipeplan.executor.deploy_loans`), ranked after the stages as the plan's loans rank
+them; the weights they lend are no process's state, so a later layout reloads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
@@ -28,6 +30,7 @@ import torch
 
 from pipeplan.costmodel.capture import CapturedProgram
 from pipeplan.executor.deploy_stage import Layout, Transfer
+from pipeplan.executor.lender import LenderBuild
 from pipeplan.executor.options import RunSetup
 from pipeplan.executor.stages import split_program
 from pipeplan.executor.worker import StageBuild
@@ -94,9 +97,10 @@ class _Plan:
 
 def layout_orders(number: int, setup: RunSetup, builds: list[StageBuild], index: StateIndex,
                   holdings: Mapping[str, set[str]], *, init_method: str, epoch: float,
-                  first: bool = False) -> LayoutOrders:
+                  first: bool = False, lenders: Sequence[LenderBuild] = ()) -> LayoutOrders:
     """The orders that take the live processes (``holdings``: device → the state keys it holds) to
-    the layout of ``setup`` / ``builds``.  ``first``: the builds carry their weights (the start)."""
+    the layout of ``setup`` / ``builds``.  ``first``: the builds carry their weights (the start);
+    ``lenders``: the lender processes of its own of a first layout that borrows, in rank order."""
     devices = [s.device for s in setup.stages]
     if len(set(devices)) != len(devices):
         raise ValueError(f"a deployment runs one stage per device; the plan repeats one of {devices}")
@@ -125,8 +129,16 @@ def layout_orders(number: int, setup: RunSetup, builds: list[StageBuild], index:
             moves.recvs.setdefault(device, []).append(Transfer(key, rank_of[holder], tag, tuple(t.shape), t.dtype))
             tag += 1
             sent += size
-    world = len(devices) + len(senders)
+    if lenders and (not first or setup.loans is None):
+        raise ValueError("lender processes of their own join only the first layout, of a plan with loans")
+    world = len(devices) + len(senders) + len(lenders)
     orders: dict[str, Layout] = {}
+    for lender in lenders:
+        assert setup.loans is not None
+        rank = setup.loans.lender(lender.name).rank
+        assert rank >= len(devices) + len(senders), (lender.name, rank)
+        orders[lender.name] = Layout(number, init_method, rank, world, len(devices), None, setup, None, {}, [], [],
+                                     {}, epoch, lender)
     for rank, device in enumerate([*devices, *senders]):
         serving = rank < len(devices)
         build = builds[rank] if serving else None
@@ -135,6 +147,7 @@ def layout_orders(number: int, setup: RunSetup, builds: list[StageBuild], index:
         orders[device] = Layout(number, init_method, rank, world, len(devices), rank if serving else None, setup,
                                 build, attrs[rank] if serving else {}, moves.sends.get(device, []),
                                 moves.recvs.get(device, []), moves.reloads.get(device, {}), epoch)
+    orders = dict(sorted(orders.items(), key=lambda item: item[1].rank))
     stop = sorted(d for d in holdings if d not in orders)
     return LayoutOrders(orders, stop, sent, reloaded, kept)
 

@@ -1,13 +1,49 @@
-"""How a deployment takes requests and when it changes layout: :class:`ServeOptions`."""
+"""How a deployment takes requests and when it changes layout (:class:`ServeOptions`), and which
+plans it cannot switch to (:func:`refuse_loans`)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
+from pipeplan.executor.errors import PlanMismatchError
 from pipeplan.planner.migration import DEFAULT_RELOAD, Reload
 
-__all__ = ["ServeOptions"]
+if TYPE_CHECKING:
+    from pipeplan.planner.plan import Plan
+
+__all__ = ["ServeOptions", "refuse_loans"]
+
+
+def refuse_loans(plan: Plan, what: str = "the plan") -> None:
+    """Refuse ``plan`` as a layout to switch to if it borrows memory (its ``harvest`` section lends
+    weights or stashes activations).
+
+    Only the layout a deployment starts with borrows (:mod:`pipeplan.executor.deploy_loans`): a live
+    switch moves the stages' own state, not lent weights, and starts no lenders, so a harvesting plan
+    entered by a switch would run with each stage's weights at home, over the memory the plan
+    budgeted for it.  A harvest section that lends nothing (the planner found no loan worth making)
+    is switched to as any plan.  Raises :class:`~pipeplan.executor.errors.PlanMismatchError`.
+    """
+    harvest = plan.harvest
+    if harvest is None or not (harvest.loans or harvest.stashes):
+        return
+    parts = []
+    if harvest.loans:
+        lenders = sorted({loan.lender for loan in harvest.loans})
+        layers = [loan.layer for loan in harvest.loans]
+        shown = ", ".join(layers[:4]) + (f" and {len(layers) - 4} more" if len(layers) > 4 else "")
+        parts.append(f"keeps the weights of {len(layers)} layer{'s' if len(layers) != 1 else ''} ({shown}) on "
+                     f"{', '.join(lenders)}")
+    if harvest.stashes:
+        parts.append(f"stashes activations on {', '.join(sorted({s.lender for s in harvest.stashes}))}")
+    raise PlanMismatchError(
+        f"{what} borrows memory (its harvest section {' and '.join(parts)}), which a deployment cannot switch "
+        f"to: a live switch moves no lent weights and starts no lenders, so every stage would hold all of its "
+        f"weights, over the memory the plan budgeted. Deploy it afresh (`pipeplan deploy --plan PLAN.json`: the "
+        f"plan a deployment starts with may borrow), run it with `pipeplan run`, or switch to a plan made "
+        f"without --harvest")
 
 
 @dataclass(frozen=True)

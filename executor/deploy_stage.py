@@ -25,6 +25,11 @@ only what changes.  Everything reaches it through its pipe from the deployment, 
   fault, not the layout), as in a run.
 - :class:`Stop`: after the steps before it, return the process's totals.
 
+A layout that borrows memory (a harvest plan's, only the first: :mod:`pipeplan.executor.deploy_loans`)
+also streams a borrowing stage's lent weights from their lenders, serves them from a lending
+stage's thread, and has lender processes of their own (``Layout.lend``): they hold the weights,
+answer fetches until the layout is left, and serve no stage.
+
 Timing rows are :class:`~pipeplan.executor.schedule.MicrobatchTiming` rows with the step as the batch
 and ``recv_start`` moved back to when the stage began waiting for the step's order: waiting for work
 is idle time, which the deployment's statistics tell apart from transfers.  Clocks are
@@ -43,6 +48,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
+from pipeplan.executor.deploy_loans import StageLoans, layout_groups, lender_ledger, serve_lender
+from pipeplan.executor.errors import RunError
+from pipeplan.executor.lender import LenderBuild
 from pipeplan.executor.options import RunSetup
 from pipeplan.executor.schedule import TimedSchedule
 from pipeplan.executor.worker import ForwardError, GuardedStage, Phases, StageBuild, pin, stage_devices
@@ -78,6 +86,7 @@ class Layout(NamedTuple):
     recvs: list[Transfer]
     reloads: dict[str, torch.Tensor]  # state of layers whose holder died, from the deployment's copy
     epoch: float  # the deployment's clock zero (perf_counter)
+    lend: LenderBuild | None = None  # a lender process of its own (stage None): the weights it lends
 
 
 class Run(NamedTuple):
@@ -128,6 +137,7 @@ class _Serving(NamedTuple):
     schedule: TimedSchedule
     last: bool
     compute: torch.device
+    loans: StageLoans | None  # its streamer and lender thread, in a layout that borrows
 
 
 def _nbytes(t: torch.Tensor) -> int:
@@ -170,8 +180,8 @@ class _Process:
                 work.wait()
         sent = sum(_nbytes(self.held[t.key]) for t in order.sends)
         # Every rank must create the stages' group, those leaving too; PipelineStage wants a group
-        # of exactly its stages.
-        group = dist.new_group(list(range(order.stages))) if order.world > order.stages else None
+        # of exactly its stages.  A layout that borrows also has a fetch group of every rank.
+        group, fetch = layout_groups(order)
         if order.stage is None or order.build is None:
             self.outbox.send(Ready(self.device, order.number, None, 0, sent, 0, 0))
             self.totals["sent"] += sent
@@ -209,6 +219,7 @@ class _Process:
         sync = (lambda: torch.cuda.synchronize(compute)) if compute.type == "cuda" else None
         last = rank == order.stages - 1
         wrapped = GuardedStage(module.to(compute), compute, setup.staged, last)
+        loans = StageLoans.start(order, built, wrapped, compute, fetch)
         pipe_stage = PipelineStage(wrapped, rank, order.stages, wire,
                                    input_args=tuple(b.empty() for b in built.input_meta),
                                    output_args=tuple(b.empty() for b in built.output_meta), group=group)
@@ -216,7 +227,43 @@ class _Process:
         schedule = TimedSchedule(pipe_stage, 1, schedule=options.schedule, in_flight=options.in_flight,
                                  clock=lambda: time.perf_counter() - epoch, sync=sync)
         self.outbox.send(Ready(self.device, order.number, rank, got, sent, reloaded, kept))
-        return _Serving(schedule, last, compute)
+        return _Serving(schedule, last, compute, loans)
+
+    def lend(self, order: Layout, lender: LenderBuild) -> bool:
+        """A lender process of its own in ``order``'s layout: hold and serve the weights until Leave
+        (True) or Stop (False)."""
+        self.phases.enter(f"lending in layout {order.number}")
+        ledger = lender_ledger(order, lender)
+        dist.init_process_group(order.setup.backend, init_method=order.init_method, rank=order.rank,
+                                world_size=order.world, timeout=timedelta(seconds=order.setup.options.timeout))
+        _, fetch = layout_groups(order)
+        self.outbox.send(Ready(self.device, order.number, None, 0, 0, 0, 0))
+        message, lent = serve_lender(order, lender, fetch, ledger, self._control)
+        self.totals["lent"] = lent
+        _leave_group()
+        if isinstance(message, Leave):
+            self.outbox.send(Parked(self.device, order.number, None))
+            return True
+        return False
+
+    def _control(self) -> Leave | Stop:
+        """The next Leave or Stop in the inbox (EOF: Stop); steps are skipped."""
+        while True:
+            try:
+                message = _receive(self.inbox)
+            except EOFError:
+                return Stop("the deployment is gone")
+            if isinstance(message, Leave | Stop):
+                return message
+
+    def _unloan(self, serving: _Serving, timeout: float) -> None:
+        """Leaving a layout that borrows: the streamer and the lender thread stop (see deploy_loans)."""
+        if serving.loans is None:
+            return
+        try:
+            self.totals["loans"] = serving.loans.stop(timeout)
+        except RunError as exc:  # a peer is gone: the deployment re-plans around it, nothing to add here
+            self.totals["loans"] = {"error": str(exc)}
 
     def serve(self, order: Layout, serving: _Serving) -> bool:
         """Serve steps until Leave (True) or Stop (False); a failed transfer parks the process."""
@@ -233,8 +280,10 @@ class _Process:
             except EOFError:
                 message = Stop("the deployment is gone")
             if isinstance(message, Stop):
+                self._unloan(serving, order.setup.options.timeout)
                 return False
             if isinstance(message, Leave):
+                self._unloan(serving, order.setup.options.timeout)
                 if broken is None:
                     _leave_group()
                     self.outbox.send(Parked(self.device, order.number, None))
@@ -249,11 +298,13 @@ class _Process:
                 schedule.batch = message.step  # rows carry the deployment's step, across layouts
                 out = schedule.step(*inputs)
             except Exception as exc:
-                if _forward_failed(exc):
+                fetching = serving.loans is not None and serving.loans.fetch_failed  # a lender is gone
+                if _forward_failed(exc) and not fetching:
                     raise  # the model itself failed: the deployment fails, as a run does
                 # A peer died or left: leave at once, so that those waiting on us fail too.
-                action = schedule.doing[0] or "running"
+                action = "fetching borrowed weights in" if fetching else schedule.doing[0] or "running"
                 broken = f"{type(exc).__name__} while {action} step {message.step}: {str(exc).splitlines()[0]}"
+                self._unloan(serving, order.setup.options.timeout)  # its lenders hear it is done first
                 _leave_group()
                 self.outbox.send(Parked(self.device, order.number, broken))
                 continue
@@ -305,6 +356,10 @@ def serve_device(slot: int, setup: RunSetup, init_method: str, phases: Phases, b
     try:
         with torch.no_grad():
             while (order := process.next_layout()) is not None:
+                if order.lend is not None:
+                    if not process.lend(order, order.lend):
+                        break
+                    continue
                 entered = process.enter(order)
                 if entered is None:
                     break

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.executor.deploy_enter import LayoutEntry
 from pipeplan.executor.deploy_layout import StateIndex
+from pipeplan.executor.deploy_options import refuse_loans
 from pipeplan.executor.deploy_stage import Leave
 from pipeplan.executor.deploy_stats import SwitchRecord
 from pipeplan.executor.deploy_triggers import cluster_without, watch_drift
@@ -96,9 +97,11 @@ class Switching(LayoutEntry):
     def switch(self, plan: Plan, why: str = "switch requested") -> SwitchRecord:
         """Change to ``plan``'s layout live and return the record of the switch.
 
-        The plan must be for the deployed model, on devices of :attr:`cluster`.  Requests keep
+        The plan must be for the deployed model, on devices of :attr:`cluster`, and borrow no memory
+        (a harvest plan is refused: :func:`~pipeplan.executor.deploy_options.refuse_loans`).  Requests keep
         coming in; those queued or in flight are answered once, by one layout or the other."""
         check_plan(plan, self._captured.graph)
+        refuse_loans(plan)
         missing = [s.device for s in plan.stages if s.device not in {d.id for d in self.cluster.devices}]
         if missing:
             raise PlanMismatchError(f"the plan puts stages on {', '.join(missing)}, which the deployment's cluster "
@@ -286,5 +289,7 @@ class Switching(LayoutEntry):
             options = dataclasses.replace(options, max_devices=None)
         problem = Problem(self._captured.graph, cluster, costmodel, options)
         current = Plan.from_dict(self.plan.to_dict())
-        return replan(problem, current, Horizon.parse(horizon or self.serving.horizon), reload=self.serving.reload,
+        plan = replan(problem, current, Horizon.parse(horizon or self.serving.horizon), reload=self.serving.reload,
                       options=SolverOptions(time_limit=time_limit, workers=1))
+        refuse_loans(plan, "the re-planned layout")  # no switch to a borrowing layout (today's re-planner picks none)
+        return plan

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from pipeplan.costmodel.cluster import Cluster
-from pipeplan.executor.errors import RunError
+from pipeplan.executor.errors import PlanMismatchError, RunError
 
 if TYPE_CHECKING:
     from pipeplan.executor.deploy_switch import Switching
@@ -100,7 +100,7 @@ def watch_drift(d: Switching) -> None:
         last = time.monotonic()
         try:
             record = d.replan_change(change, why)
-        except RunError as exc:
+        except (RunError, PlanMismatchError) as exc:  # the deployment ended, or the new plan cannot be served
             log.warning("drift re-plan failed: %s", exc)
             record = None
         acted = ratios if record is None else None
