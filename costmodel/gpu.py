@@ -7,10 +7,17 @@ none; a reshape of a transposed tensor, or a permuted view reaching a layer norm
 product, adds a copy), dispatcher-only operators, and copy bytes. For each layer the model has
 
 - a **host time** ``h = host_module·[leaf module] + host_container·[module calls entered] +
-  host_kernel·kernels + host_view·dispatches`` (functional glue pays no module call; a block's or
-  an attention module's own forward is paid when the first layer inside it starts), and
-- a **device time** ``g = kernel_time·kernels + max(FLOPs / (peak[dtype] · e_kind · r),
-  bytes / (bandwidth · e_mem)) + copy bytes / (bandwidth · e_memory)``, where ``peak[dtype]`` is
+  Σ host_c·kernels of class c + host_view·dispatches`` (functional glue pays no module call; a
+  block's or an attention module's own forward is paid when the first layer inside it starts).
+  A kernel's launch costs the host by its path (:func:`pipeplan.costmodel.gpu_kernels.host_classes`):
+  ``host_gemm`` through cuBLAS, ``host_conv`` through cuDNN, ``host_norm`` for normalisations,
+  ``host_attention`` for fused attention, ``host_kernel`` for a plain TensorIterator kernel; and
+- a **device time** ``g = t_k·kernels + max(FLOPs / (peak[dtype] · e_kind · r),
+  bytes / (bandwidth · e_mem · c)) + copy bytes / (bandwidth · e_memory · c)``, where ``t_k`` is
+  the fixed GPU time of a kernel (``kernel_time_streaming`` for elementwise operators and
+  activations, which only stream; ``kernel_time`` for the rest, whose reductions, tiles and
+  library set-up take longer to start and drain), ``c`` is ``l2_speedup`` when the layer's working
+  set fits in L2 and 1 otherwise (:mod:`pipeplan.costmodel.gpu_cache`), ``peak[dtype]`` is
   the datasheet peak of the arithmetic the layer runs on (CUDA cores for fp32, tensor cores for
   TF32, bf16 and fp16; torch's defaults put fp32 matmuls on CUDA cores and fp32 convolutions on
   TF32 tensor cores; channels that do not tile a tensor core, such as an RGB input, fall back to
@@ -44,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.costmodel.base import CostModel
-from pipeplan.costmodel.gpu_kernels import grouped_conv, launches, strided_into, tensor_core_ready
+from pipeplan.costmodel.gpu_cache import L2_BYTES, l2_resident
+from pipeplan.costmodel.gpu_kernels import grouped_conv, host_classes, launches, strided_into, tensor_core_ready
 from pipeplan.costmodel.gpu_specs import Dtype, dtype_bytes, recognise
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
@@ -74,10 +82,17 @@ class GpuParams:
     flops_half: float = 1e8  # a kernel of this many FLOPs reaches half its kind's efficiency
     eff_memory: float = 0.7  # normalisations, pooling, embeddings, the memory side of matmuls
     eff_elementwise: float = 0.9  # elementwise operators and activations stream at nearly full bandwidth
+    l2_speedup: float = 1.0  # traffic of a layer whose working set fits in L2 runs this much faster
     kernel_time: float = 3e-6  # GPU time of one kernel however small (launch latency, tail)
+    kernel_time_streaming: float | None = None  # the same for an elementwise kernel (None: kernel_time)
     host_module: float = 1e-5  # one nn.Module call from Python
     host_container: float = 1e-5  # one call of a module that holds others (a block's forward)
     host_kernel: float = 8e-6  # one operator through the dispatcher, and its launch
+    # Launches through a heavier path than the dispatcher's (gpu_kernels.host_classes); None: host_kernel.
+    host_gemm: float | None = None  # a matrix product's launch, through cuBLAS
+    host_conv: float | None = None  # a convolution's launch, through cuDNN
+    host_norm: float | None = None  # a layer, batch or group normalisation's launch
+    host_attention: float | None = None  # fused attention's launch (backend choice, then its kernel)
     host_view: float = 2e-6  # one view or metadata operator (no kernel)
     host_pass: float = 5e-5  # entering the model, the final synchronise and returning
     sharing: SharingParams = field(default_factory=SharingParams)
@@ -91,6 +106,16 @@ class GpuParams:
             if not 0 < getattr(self, name) <= 1:
                 raise ValueError(f"GPU model parameter {name} must be in (0, 1], got {getattr(self, name)!r}")
 
+    def host(self, path: str) -> float:
+        """Host seconds of one launch through ``path`` ("gemm", "conv", "norm", "attention" or
+        "kernel"): its own constant, or ``host_kernel`` where it has none."""
+        value = getattr(self, f"host_{path}")
+        return self.host_kernel if value is None else float(value)
+
+    @property
+    def streaming_kernel_time(self) -> float:
+        return self.kernel_time if self.kernel_time_streaming is None else self.kernel_time_streaming
+
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "sharing": self.sharing.to_dict()}
 
@@ -102,10 +127,18 @@ class GpuParams:
         unknown = set(raw) - set(cls.__dataclass_fields__)
         if unknown:
             raise ValueError(f"unknown GPU model parameters {sorted(unknown)}")
-        return cls(**{k: float(v) for k, v in raw.items()}, sharing=shared, fitted_on=fitted_on)
+        values: dict[str, Any] = {k: None if v is None else float(v) for k, v in raw.items()}
+        return cls(**values, sharing=shared, fitted_on=fitted_on)
 
     def save(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+
+
+@cache
+def _l2(device_type: str) -> int:
+    """L2 bytes of a known GPU (0 for one pipeplan does not know: no traffic counted as cached)."""
+    spec = recognise(device_type)
+    return L2_BYTES.get(spec.name, 0) if spec is not None else 0
 
 
 @cache
@@ -197,7 +230,10 @@ class GpuCostModel(CostModel):
         p = self.params
         launch = launches(layer, strided_input)
         module = p.host_module if layer.module_type != "functional" else 0.0
-        return module + p.host_kernel * launch.kernels + p.host_view * launch.dispatches
+        heavy = host_classes(layer)
+        plain = max(0, launch.kernels - sum(heavy.values()))
+        return (module + p.host_kernel * plain + p.host_view * launch.dispatches
+                + sum(p.host(path) * count for path, count in heavy.items()))
 
     def device_time(self, layer: Layer, device: Device, strided_input: bool = False) -> float:
         """Seconds the GPU spends on ``layer`` alone, idle."""
@@ -216,8 +252,12 @@ class GpuCostModel(CostModel):
                                                                                                p.eff_other)
             compute = layer.flops / (flop_rate * eff * layer.flops / (layer.flops + p.flops_half))
         traffic = (layer.bytes_read + layer.bytes_written) * scale
-        eff_mem = p.eff_elementwise if layer.kind in _STREAMING_KINDS else p.eff_memory
-        return p.kernel_time * launch.kernels + max(compute, traffic / (byte_rate * eff_mem)) + copies
+        if l2_resident(layer, _l2(device.type), dtype_bytes(self.dtype)):  # costmodel/gpu_cache.py
+            traffic, copies = traffic / p.l2_speedup, copies / p.l2_speedup
+        streaming = layer.kind in _STREAMING_KINDS
+        eff_mem = p.eff_elementwise if streaming else p.eff_memory
+        fixed = p.streaming_kernel_time if streaming else p.kernel_time
+        return fixed * launch.kernels + max(compute, traffic / (byte_rate * eff_mem)) + copies
 
     def costs(self, layers: Sequence[Layer], device: Device) -> list[tuple[float, float]]:
         """(host, idle device) seconds of each layer in order: a layer that receives a transposed

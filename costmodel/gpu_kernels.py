@@ -37,7 +37,8 @@ from typing import NamedTuple
 
 from pipeplan.costmodel.graph import Layer
 
-__all__ = ["Launches", "grouped_conv", "launches", "strided_into", "tensor_core_ready"]
+__all__ = ["HOST_CLASSES", "Launches", "grouped_conv", "host_classes", "launches", "strided_into",
+           "tensor_core_ready"]
 
 # Operators whose result is a view with a non-contiguous layout.
 _STRIDING = frozenset({"aten.transpose", "aten.permute", "aten.swapaxes", "aten.movedim"})
@@ -53,6 +54,17 @@ _NOT_AN_OPERATOR = frozenset({"getitem"})
 _VIEWS = frozenset({"aten.view", "aten._unsafe_view", "aten.unsqueeze", "aten.squeeze", "aten.expand",
                     "aten.slice", "aten.select", "aten.split", "aten.unbind", "aten.chunk", "aten.t", "aten.alias",
                     "aten.detach", "aten.to", "aten.as_strided"}) | _STRIDING | _MAYBE_COPY
+
+
+# Operators whose host path goes through a library (cuBLAS, cuDNN, the fused attention kernels)
+# or a heavier native path (normalisations), by class: see :func:`host_classes`.
+HOST_CLASSES: dict[str, frozenset[str]] = {
+    "gemm": frozenset({"aten.linear", "aten.addmm", "aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm"}),
+    "conv": frozenset({"aten.conv1d", "aten.conv2d", "aten.conv3d", "aten.convolution", "aten._convolution"}),
+    "norm": frozenset({"aten.layer_norm", "aten.batch_norm", "aten.group_norm", "aten.rms_norm",
+                       "aten.instance_norm"}),
+    "attention": frozenset({"aten.scaled_dot_product_attention"}),
+}
 
 
 class Launches(NamedTuple):
@@ -103,6 +115,25 @@ def launches(layer: Layer, strided_input: bool = False) -> Launches:
     kernels = max(0, layer.kernels - dropped) + copies
     dispatches = max(0, len(operators) - layer.kernels - copies + dropped) if operators else 0
     return Launches(kernels, dispatches, 2 * 4 * copy_elems)
+
+
+def host_classes(layer: Layer) -> dict[str, int]:
+    """How many of ``layer``'s kernels go through each host path of :data:`HOST_CLASSES`.
+
+    A kernel's launch costs the host more than the dispatcher's trip when a library call stands
+    between them: a matrix product asks cuBLAS for a heuristic and a workspace, a convolution
+    looks its plan up in cuDNN's cache and sets descriptors, a normalisation checks and reshapes
+    its statistics' shapes, fused attention picks a backend among several. Elementwise operators
+    go from the dispatcher straight to a TensorIterator launch. Layers whose kernels include no
+    such operator have none.
+
+    >>> from pipeplan.costmodel.graph import Layer
+    >>> conv = Layer("c", "conv", "Conv2d", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
+    ...              activation_bytes=1, kernels=2, ops=["aten.conv2d", "aten.relu"])
+    >>> host_classes(conv)
+    {'gemm': 0, 'conv': 1, 'norm': 0, 'attention': 0}
+    """
+    return {name: sum(op in ops for op in layer.ops) for name, ops in HOST_CLASSES.items()}
 
 
 def grouped_conv(layer: Layer) -> bool:

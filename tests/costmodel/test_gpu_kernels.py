@@ -4,13 +4,24 @@ stems get the units they really run on."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from pipeplan.costmodel.gpu import GpuCostModel, GpuParams, containers
-from pipeplan.costmodel.gpu_kernels import Launches, grouped_conv, launches, strided_into, tensor_core_ready
+from pipeplan.costmodel.gpu_cache import L2_BYTES, l2_resident
+from pipeplan.costmodel.gpu_kernels import (
+    Launches,
+    grouped_conv,
+    host_classes,
+    launches,
+    strided_into,
+    tensor_core_ready,
+)
 from pipeplan.costmodel.gpu_measurements import graphs
 from pipeplan.costmodel.gpu_specs import gpu_device, recognise
 from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.hardware import Device
 
 
 def _layer(key: str, name: str) -> Layer:
@@ -75,8 +86,41 @@ def test_containers_entered_around_a_layer() -> None:
     assert containers("transformer.h.0.attn.c_attn") == {"transformer", "transformer.h.0", "transformer.h.0.attn"}
     assert containers("blocks.1.attn:split_1") == {"blocks.1", "blocks.1.attn"}
     assert containers("net.0") == set() and containers("arange") == set()
-    model = GpuCostModel(GpuParams(host_module=0.0, host_kernel=0.0, host_view=0.0, host_container=1e-5))
+    model = GpuCostModel(GpuParams(host_module=0.0, host_kernel=0.0, host_gemm=0.0, host_norm=0.0, host_view=0.0,
+                                   host_container=1e-5))
     h100 = gpu_device("NVIDIA H100 80GB HBM3")
     layers = [_layer("tinygpt@8", n) for n in ("blocks.0.ln1", "blocks.0.attn.qkv", "blocks.0.attn.proj")]
     # blocks.0 entered before ln1, blocks.0.attn before qkv; proj enters nothing new
     assert [h for h, _ in model.costs(layers, h100)] == pytest.approx([1e-5, 1e-5, 0.0])
+
+
+def test_library_launches_are_told_from_plain_kernels() -> None:
+    conv = _layer("resnet-50@32", "resnet.encoder.stages.0.layers.0.layer.1.convolution")
+    bn = _layer("resnet-50@32", "resnet.encoder.stages.0.layers.0.layer.1.normalization")
+    c_attn = _layer("gpt2@8", "transformer.h.0.attn.c_attn")
+    act = _layer("gpt2@8", "transformer.h.0.mlp.act")
+    sdpa = _layer("gpt2@8", "transformer.h.0.attn:scaled_dot_product_attention")
+    assert host_classes(conv) == {"gemm": 0, "conv": 1, "norm": 0, "attention": 0}
+    assert host_classes(bn)["norm"] == 1 and host_classes(c_attn)["gemm"] == 1
+    assert host_classes(sdpa)["attention"] == 1 and not any(host_classes(act).values())
+    zero = dict(host_module=0.0, host_kernel=0.0, host_gemm=0.0, host_conv=0.0, host_norm=0.0, host_attention=0.0,
+                host_view=0.0)
+    # c_attn: one addmm (a cuBLAS launch) and 9 dispatcher-only operators; GELU: 8 plain kernels
+    model = GpuCostModel(GpuParams(**{**zero, "host_gemm": 3e-5, "host_view": 1e-6, "host_kernel": 1e-5}))
+    assert model.host_time(c_attn) == pytest.approx(3e-5 + 9e-6)
+    assert model.host_time(act) == pytest.approx(8e-5 + 0)  # NewGELUActivation: host_module is 0 here
+    assert GpuCostModel(GpuParams(**{**zero, "host_conv": 2e-5})).host_time(conv) == pytest.approx(2e-5)
+
+
+def test_activations_that_fit_in_l2_are_read_from_it() -> None:
+    h100 = gpu_device("NVIDIA H100 80GB HBM3")
+    small = _layer("gpt2@8", "transformer.h.0.mlp.act")  # (8, 128, 3072) fp32: 12.6 MB in, 12.6 MB out
+    large = _layer("gpt2@32", "transformer.h.0.mlp.act")  # 50 MB in, 50 MB out: more than the 50 MiB L2
+    assert l2_resident(small, L2_BYTES["H100-SXM"], 4) and not l2_resident(large, L2_BYTES["H100-SXM"], 4)
+    assert l2_resident(large, L2_BYTES["H100-SXM"], 2)  # in bf16 it fits
+    base = GpuParams(kernel_time_streaming=0.0)
+    fast = GpuCostModel(replace(base, l2_speedup=2.0))
+    assert fast.device_time(small, h100) == pytest.approx(GpuCostModel(base).device_time(small, h100) / 2)
+    assert fast.device_time(large, h100) == pytest.approx(GpuCostModel(base).device_time(large, h100))
+    unknown = Device(id="g", type="Voodoo2", memory="12GiB", peak_flops=1e13, mem_bandwidth=1e12)
+    assert fast.device_time(small, unknown) == pytest.approx(GpuCostModel(base).device_time(small, unknown))
