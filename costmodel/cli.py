@@ -11,7 +11,7 @@ from typing import Any
 
 from pipeplan.errors import UsageError, user_input
 
-__all__ = ["USER_ERRORS", "register"]
+__all__ = ["USER_ERRORS", "register", "select_layers"]
 
 DEFAULT_MODELS = ("gpt2", "bert-base", "vit-base", "resnet-50", "convnext-tiny")
 DEFAULT_LAYERS = "sweep," + ",".join(f"model:{m}" for m in DEFAULT_MODELS)
@@ -28,9 +28,17 @@ def _user_errors() -> tuple[type[Exception], ...]:
 USER_ERRORS: tuple[type[Exception], ...] = _user_errors()
 
 
-def _targets(layers: str, per_kind: int, gpu: int | None) -> list[Any]:
+def select_layers(layers: str, per_kind: int, gpu: bool) -> tuple[list[Any], list[str]]:
+    """The layer specs and zoo model names ``--layers`` asks for, nothing built yet. The sweep (and a
+    bare layer type) takes GPU-sized shapes (:func:`pipeplan.costmodel.gpu_sweep.gpu_sweep`) when ``gpu``,
+    the CPU sweep's (:func:`pipeplan.costmodel.layerspecs.default_sweep`) otherwise.
+
+    >>> specs, models = select_layers("linear,model:gpt2", 2, gpu=True)
+    >>> [s.kind for s in specs], models
+    (['linear', 'linear'], ['gpt2'])
+    """
+    from pipeplan.costmodel.gpu_sweep import gpu_sweep
     from pipeplan.costmodel.layerspecs import KINDS, default_sweep, parse_spec
-    from pipeplan.costmodel.profile import targets_from_models, targets_from_specs
 
     # Items are comma-separated and so are a shape's parameters: "k=v" pieces belong to the item before.
     items: list[str] = []
@@ -54,8 +62,15 @@ def _targets(layers: str, per_kind: int, gpu: int | None) -> list[Any]:
             raise UsageError(f"--layers {item!r}: give 'sweep', a layer type ({', '.join(KINDS)}), "
                              "model:NAME or a shape such as linear:m=64,k=768,n=768")
     if kinds:
-        specs += default_sweep(per_kind, kinds)
-    return targets_from_specs(specs, gpu) + targets_from_models(models, gpu)
+        specs += (gpu_sweep if gpu else default_sweep)(per_kind, kinds)
+    return specs, models
+
+
+def _targets(layers: str, per_kind: int, gpu: int | None, dtype: str = "fp32") -> list[Any]:
+    from pipeplan.costmodel.profile import targets_from_models, targets_from_specs
+
+    specs, models = select_layers(layers, per_kind, gpu is not None)
+    return targets_from_specs(specs, gpu, dtype) + targets_from_models(models, gpu, dtype)
 
 
 def cmd_profile(args: argparse.Namespace) -> None:
@@ -63,21 +78,24 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from pipeplan.costmodel.hardware import Contention
-    from pipeplan.costmodel.profile import ProfileSettings, measure_device, profile
+    from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
 
     console = Console(stderr=True)
     out = Path(args.out)
+    dtype = getattr(args, "dtype", None) or "fp32"  # the option is shared with `profile MODEL` (pipeplan.cli_args)
     if out.exists() and not args.append:
         raise UsageError(f"{out} exists: pass --append to add rows to it, or choose another --out")
     with user_input("profile options"):
         settings = ProfileSettings(
             levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,
             repeats=args.repeats, window=args.window_ms / 1000.0, loaded_window=args.loaded_window_ms / 1000.0,
-            gpu=args.gpu,
+            gpu=args.gpu, dtype=dtype,
             budget=args.budget_minutes * 60.0 if args.budget_minutes else None,
             device_type=args.device_type)
-    console.print("building and capturing the layers to profile …")
-    targets = _targets(args.layers, args.per_kind, args.gpu)
+        check_dtype(dtype, args.gpu)
+    console.print("building and capturing the layers to profile"
+                  + (" (GPU-sized sweep shapes)" if args.gpu is not None else "") + f" in {dtype} …")
+    targets = _targets(args.layers, args.per_kind, args.gpu, dtype)
     device = measure_device(settings)
     console.print(f"device {device.type}: {device.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), "
                   f"{device.mem_bandwidth / 1e9:.1f} GB/s (copy), measured idle on cores "
@@ -99,13 +117,14 @@ def cmd_profile(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from pipeplan.costmodel.dataset import read_dataset
+    from pipeplan.costmodel.dataset import read_dataset, single_dtype
     from pipeplan.costmodel.learned import LearnedCostModel
 
     console = Console()
     with user_input(""):  # its messages name the file and the line
         rows = read_dataset(args.data)
         in_model_rows = read_dataset(args.in_model) if args.in_model else []
+        single_dtype(rows)  # the learned model has no dtype feature: one dtype per model
     first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
                   f"configurations ({first}a few minutes for the shipped profiles)")
@@ -222,7 +241,10 @@ def register(sub: Any) -> None:
 
     p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
                        description="Time layers on this machine's CPU cores (or a GPU) while real "
-                       "co-runner processes contend for them, one row per layer and contention level.")
+                       "co-runner processes contend for them, one row per layer and contention level. "
+                       "With --gpu the sweep's shapes are GPU-sized. --dtype fp32|bf16|fp16 runs the layers in "
+                       "that dtype (default fp32; bf16 runs on CPUs too, fp16 is refused where this torch cannot "
+                       "run it) and every row records it in its dtype column.")
     p.add_argument("--out", metavar="DATA.csv", help="the dataset to write (with MODEL: the profile table)")
     p.add_argument("--append", action="store_true", help="add rows to an existing dataset")
     p.add_argument("--levels", default="idle,1xcompute,2xcompute,1xmemory,2xmemory,1xmixed,50%",
@@ -230,7 +252,9 @@ def register(sub: Any) -> None:
     p.add_argument("--layers", default=DEFAULT_LAYERS, metavar="X,X,…",
                    help="'sweep' (every layer type), layer types (linear, conv2d, …), model:NAME for a "
                    "zoo model's layers, or shapes such as linear:m=64,k=768,n=768 "
-                   "(default: the sweep and the layers of gpt2, bert-base, vit-base, resnet-50, convnext-tiny)")
+                   "(default: the sweep and the layers of gpt2, bert-base, vit-base, resnet-50, convnext-tiny); "
+                   "with --gpu the sweep's shapes are GPU-sized (tokens 128–32k, hidden 512–8192, real image "
+                   "sizes, batch 1–64)")
     p.add_argument("--per-kind", type=int, default=12, metavar="N", help="shapes per layer type in the sweep (12)")
     p.add_argument("--budget-minutes", type=float, metavar="N", help="stop after about N minutes")
     p.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[_first_core()], metavar="C,C",
@@ -241,7 +265,9 @@ def register(sub: Any) -> None:
     p.add_argument("--window-ms", type=float, default=25.0, metavar="MS", help="length of an idle window (25 ms)")
     p.add_argument("--loaded-window-ms", type=float, default=80.0, metavar="MS",
                    help="length of a window under contention (80 ms: many scheduler slices)")
-    p.add_argument("--gpu", type=int, metavar="I", help="profile CUDA device I instead of the CPU")
+    p.add_argument("--gpu", type=int, metavar="I", help="profile CUDA device I instead of the CPU: wall clock per "
+                   "call (CUDA-event span in a second column), over GPU-sized sweep shapes "
+                   "(pipeplan.costmodel.gpu_sweep) instead of the CPU's")
     p.add_argument("--device-type", default="cpu-core", metavar="T",
                    help="device type the rows describe, as cluster specs name it (cpu-core)")
     p.set_defaults(func=cmd_profile)

@@ -4,15 +4,17 @@
 
 - one device per GPU (``gpu0`` …), with the name and memory torch reports, its measured fp32 matmul
   rate and copy bandwidth (:func:`pipeplan.costmodel.profile.measure_device`), and ``gpu: i`` so that the
-  executor runs that stage on that GPU;
+  executor runs that stage on that GPU; its ``load`` is the current load NVML reads (before anything is
+  measured): the utilisation of other processes, this process's own share taken out
+  (:meth:`pipeplan.costmodel.nvml.GpuLoad.contention`), with the readings in the description;
 - one device per CPU core this process may use (``cpu0`` …, ``cores: [c]``), the first core
   measured and its figures given to all (they are one design), memory split evenly;
 - links: between GPUs, NVLink where NVML reports an active NVLink path (its version and link count
   give the bandwidth), else the PCIe link of the slower end (generation × width); anything else
   on this host, the loopback transport gloo uses (host memory, a few GB/s).
 
-NVML (``nvidia-ml-py``) is optional: without it, GPU pairs get their PCIe default and the spec says
-so in its description.
+NVML (``nvidia-ml-py``) is optional: without it, GPU pairs get their PCIe default, GPUs are recorded
+idle, and the spec says so in its description. Without a GPU, NVML is not read at all.
 
 :func:`write_core_cluster` writes the unmeasured kind: N one-core devices on this process's cores with
 figures given, the cluster tests and benchmarks run stages on.
@@ -29,9 +31,11 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.costmodel.cluster import Cluster
-from pipeplan.costmodel.hardware import Device
+from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.costmodel.nvml import GpuLoad
 
-__all__ = ["GpuLink", "detect_cluster", "nvlink_bandwidth", "pcie_bandwidth", "write_core_cluster"]
+__all__ = ["GpuLink", "detect_cluster", "match_loads", "nvlink_bandwidth", "pcie_bandwidth", "recorded_loads",
+           "write_core_cluster"]
 
 log = logging.getLogger(__name__)
 
@@ -130,6 +134,49 @@ def gpu_pair_link(a: GpuLink, b: GpuLink, index_b: int) -> dict[str, float]:
     return {"bandwidth": pcie_bandwidth(*slower), "latency": _PCIE_LATENCY}
 
 
+def match_loads(uuids: Sequence[str], loads: Sequence[GpuLoad]) -> list[GpuLoad | None]:
+    """Each CUDA device's NVML reading: the one of the same UUID (NVML writes ``GPU-…``, torch leaves
+    the prefix out), or the one of the same index where either side has no UUID.
+
+    >>> a, b = (GpuLoad(i, "x", 0.0, 0, 1, (), False, None, f"GPU-{u}") for i, u in enumerate("ab"))
+    >>> [g.index if g else None for g in match_loads(["b", "a", "c"], [a, b])]
+    [1, 0, None]
+    """
+    def key(uuid: str) -> str:
+        return uuid.lower().removeprefix("gpu-")
+
+    by_uuid = {key(g.uuid): g for g in loads if g.uuid}
+    return [by_uuid.get(key(u)) if u and by_uuid else (loads[i] if i < len(loads) else None)
+            for i, u in enumerate(uuids)]
+
+
+def recorded_loads(readings: Sequence[GpuLoad | None]) -> tuple[list[Contention], list[str]]:
+    """The load to record for each GPU (idle where there is no reading) and a note of each reading."""
+    loads, notes = [], []
+    for i, g in enumerate(readings):
+        load = g.contention() if g is not None else Contention()
+        loads.append(load)
+        if g is not None:
+            others = sum(p != os.getpid() for p in g.processes)
+            own = "" if not g.own else (f", this process {g.own_utilization:.0%}" if g.own_utilization is not None
+                                        else ", this process's share unknown")
+            notes.append(f"gpu{i} when detected (NVML): {g.utilization:.0%} busy{own}, {others} other process(es), "
+                         f"{g.memory_used / 2**30:.1f} of {g.memory_total / 2**30:.0f} GiB in use: load "
+                         f"{load.describe()}")
+    return loads, notes
+
+
+def _nvml_loads(uuids: Sequence[str]) -> list[GpuLoad | None] | None:
+    """The CUDA devices' current loads from NVML, or None when NVML cannot be read."""
+    from pipeplan.costmodel.nvml import NvmlError, read_loads
+
+    try:
+        return match_loads(uuids, read_loads())
+    except NvmlError as exc:
+        log.info("GPU loads not read: %s", exc)
+        return None
+
+
 def _measured(**kw: Any) -> Device:
     from pipeplan.costmodel.profile import ProfileSettings, measure_device
 
@@ -151,12 +198,18 @@ def detect_cluster(name: str | None = None, *, gpus: bool = True, cores: Sequenc
     devices: list[dict[str, Any]] = []
     notes: list[str] = []
     count = torch.cuda.device_count() if gpus and torch.cuda.is_available() else 0
-    for i in range(count):
-        props = torch.cuda.get_device_properties(i)
+    props = [torch.cuda.get_device_properties(i) for i in range(count)]
+    # Read before measuring, so that the measurement's own work is not in NVML's sample.
+    readings = _nvml_loads([str(getattr(p, "uuid", "") or "") for p in props]) if count else None
+    if count and readings is None:
+        notes.append("GPU loads not read, recorded idle (install nvidia-ml-py to read them)")
+    gpu_loads, load_notes = recorded_loads(readings or [None] * count)
+    for i, p in enumerate(props):
         rates = _measured(gpu=i) if measure else None
-        devices.append({"id": f"gpu{i}", "type": props.name, "host": host, "memory": props.total_memory,
+        devices.append({"id": f"gpu{i}", "type": p.name, "host": host, "memory": p.total_memory,
                         "peak_flops": rates.peak_flops if rates else 1e12,
-                        "mem_bandwidth": rates.mem_bandwidth if rates else 1e11, "gpu": i})
+                        "mem_bandwidth": rates.mem_bandwidth if rates else 1e11, "gpu": i,
+                        "load": gpu_loads[i].model_dump()})
     if usable:
         rates = _measured(cores=(usable[0],), threads=1) if measure else None
         memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // len(usable)
@@ -168,6 +221,7 @@ def detect_cluster(name: str | None = None, *, gpus: bool = True, cores: Sequenc
         raise ValueError("nothing to describe: no GPU found and no CPU core given")
     if not measure:
         notes.append("rates are placeholders (detected without measuring)")
+    notes += load_notes
     links: list[dict[str, Any]] = []
     if count > 1:
         nvml = _nvml_links(count)

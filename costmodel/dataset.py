@@ -21,8 +21,8 @@ from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = [
-    "CATEGORICAL", "COLUMNS", "NUMERIC", "contention_features", "contention_from_row", "device_features",
-    "layer_features", "main_op", "model_inputs", "read_dataset", "write_rows",
+    "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "contention_features", "contention_from_row",
+    "device_features", "layer_features", "main_op", "model_inputs", "read_dataset", "single_dtype", "write_rows",
 ]
 
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
@@ -36,19 +36,25 @@ NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes"
 COLUMNS = (
     # what was measured
     "config", "source", "layer_kind", "main_op", "module_type", "input_shapes",
-    "flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch",
+    "flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch", "dtype",
     # where
     "device_type", "device_name", "peak_flops", "mem_bandwidth", "threads", "cores",
     # under what load
     "contention", "corunners", "contention_kind", "utilization", "compute_share", "memory_share",
     # the measurement
-    "time_s", "time_min_s", "time_max_s", "spread", "repeats", "iterations",
+    "time_s", "time_min_s", "time_max_s", "spread", "repeats", "iterations", "event_time_s",
     "loadavg", "torch_version", "measured_at",
 )
+DTYPES = ("fp32", "bf16", "fp16")
+# Columns added after profiles were shipped, and what a row without them (or with them empty) reads as:
+# ``dtype``, what the layer ran in (profiles before it were all fp32); ``event_time_s``, the span between
+# CUDA events around the same calls (GPU rows only; NaN on CPU rows and in older files).
+OPTIONAL: dict[str, Any] = {"dtype": "fp32", "event_time_s": math.nan}
+_REQUIRED = tuple(c for c in COLUMNS if c not in OPTIONAL)
 _INT_COLUMNS = {"flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch", "threads",
                 "corunners", "repeats", "iterations"}
 _FLOAT_COLUMNS = {"peak_flops", "mem_bandwidth", "utilization", "compute_share", "memory_share", "time_s",
-                  "time_min_s", "time_max_s", "spread", "loadavg"}
+                  "time_min_s", "time_max_s", "spread", "loadavg", "event_time_s"}
 
 
 # Operators that only move views or metadata around a layer's real work.
@@ -168,7 +174,10 @@ def _conv_features(row: dict[str, Any]) -> dict[str, float]:
 
 
 def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
-    """The model features of a row: categorical strings and numeric values, by name."""
+    """The model features of a row: categorical strings and numeric values, by name.
+
+    ``dtype`` is deliberately not one of them: a model is trained on rows of one dtype
+    (:func:`single_dtype`) and predicts for that dtype; ``event_time_s`` is not read either."""
     flops, moved = float(row["flops"]), float(row["bytes_read"]) + float(row["bytes_written"])
     # The idle roofline time with the per-kernel dispatch cost (as RooflineModel counts it): the learned
     # models predict how far the real time sits from it, which carries over to unseen sizes.
@@ -188,8 +197,27 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def single_dtype(rows: Iterable[dict[str, Any]]) -> str:
+    """The one dtype ``rows`` were measured in (``fp32`` for rows without the column).
+
+    The learned models have no dtype feature (:func:`model_inputs` ignores the column on purpose: a
+    layer's FLOPs and bytes are its fp32 capture's in every dtype), so rows of several dtypes must not
+    be trained on together: ``ValueError`` says so.
+
+    >>> single_dtype([{"dtype": "bf16"}, {"dtype": "bf16"}]), single_dtype([{"config": "x"}])
+    ('bf16', 'fp32')
+    """
+    found = sorted({str(r.get("dtype") or "fp32") for r in rows})
+    if len(found) > 1:
+        raise ValueError(f"the rows were measured in {' and '.join(found)}: the learned cost model has no dtype "
+                         "feature, so train one model per dtype (keep one dtype's rows of the profile)")
+    return found[0] if found else "fp32"
+
+
 def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = False) -> int:
-    """Write (or append) rows to a CSV with the header :data:`COLUMNS`; returns how many."""
+    """Write (or append) rows to a CSV with the header :data:`COLUMNS`; returns how many.
+
+    A row without an event span (every CPU row) leaves ``event_time_s`` empty."""
     path = Path(path)
     new = not append or not path.exists() or path.stat().st_size == 0
     count = 0
@@ -198,13 +226,17 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
         if new:
             writer.writeheader()
         for row in rows:
-            writer.writerow(row)
+            event = row.get("event_time_s")
+            writer.writerow({**row, "event_time_s": ""} if event is None or event != event else row)  # NaN: empty
             count += 1
     return count
 
 
-def read_dataset(path: str | Path, required: Sequence[str] = COLUMNS) -> list[dict[str, Any]]:
-    """Rows of a profile CSV with numbers converted; raises ``ValueError`` naming what is wrong."""
+def read_dataset(path: str | Path, required: Sequence[str] = _REQUIRED) -> list[dict[str, Any]]:
+    """Rows of a profile CSV with numbers converted; raises ``ValueError`` naming what is wrong.
+
+    The :data:`OPTIONAL` columns may be absent or empty (files written before them): they read as
+    their defaults, fp32 and NaN."""
     path = Path(path)
     try:
         with path.open(newline="") as fh:
@@ -215,6 +247,11 @@ def read_dataset(path: str | Path, required: Sequence[str] = COLUMNS) -> list[di
             rows = []
             for line, raw in enumerate(reader, start=2):
                 row: dict[str, Any] = dict(raw)
+                for col, default in OPTIONAL.items():
+                    if row.get(col) in (None, ""):
+                        row[col] = default
+                if row["dtype"] not in DTYPES:
+                    raise ValueError(f"{path}, line {line}: dtype {row['dtype']!r} is not one of {', '.join(DTYPES)}")
                 try:
                     for col in _INT_COLUMNS & row.keys():
                         row[col] = int(float(row[col]))

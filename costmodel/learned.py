@@ -45,7 +45,7 @@ import numpy as np
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.base import CostModel
-from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features
+from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features, single_dtype
 from pipeplan.costmodel.estimators import (
     Fitted,
     encode,
@@ -107,13 +107,14 @@ class LearnedCostModel(CostModel):
         say = progress or (lambda _: None)
         if not rows:
             raise ValueError("cannot train a cost model on an empty dataset")
+        dtype = single_dtype(rows)  # no dtype feature: a model describes one dtype (meta "dtype"; older files fp32)
         vocabulary = vocabulary_of(rows)
         references = {str(r["device_type"]): {"peak_flops": float(r["peak_flops"]),
                                               "mem_bandwidth": float(r["mem_bandwidth"])} for r in rows}
         meta: dict[str, Any] = {
             "rows": len(rows), "configs": len({r["config"] for r in rows}),
             "levels": sorted({str(r["contention"]) for r in rows}),
-            "device_names": sorted({str(r.get("device_name", "")) for r in rows}), "seed": seed,
+            "device_names": sorted({str(r.get("device_name", "")) for r in rows}), "seed": seed, "dtype": dtype,
         }
         test_rows: list[dict[str, Any]] = []
         if evaluate:

@@ -16,9 +16,13 @@ On CUDA each measurement is the **wall clock of one call, from launch to complet
 (``perf_counter`` around ``run(); torch.cuda.synchronize()``), what a pipeline stage waits for. CUDA
 events are not: under a time-sliced co-tenant a process's queued kernels run back to back once it
 gets the GPU back, so the span between events shrinks and contention looks like a speed-up (see
-``costmodel/data/gpu/README.md``). The event span is still recorded beside it (:class:`GpuTiming`)
-and logged; the dataset has no column for it yet. The GPU is warmed first (:func:`warm_gpu`), since
-a cold H100 runs its first seconds at lower clocks; GPU-sized shapes are in :mod:`pipeplan.costmodel.gpu_sweep`.
+``costmodel/data/gpu/README.md``). The event span is still recorded beside it (:class:`GpuTiming`),
+in the dataset's ``event_time_s`` column (empty on CPU rows). The GPU is warmed first (:func:`warm_gpu`),
+since a cold H100 runs its first seconds at lower clocks; ``pipeplan profile --gpu`` sweeps the
+GPU-sized shapes of :mod:`pipeplan.costmodel.gpu_sweep`.
+
+Layers run in the settings' ``dtype`` (fp32, bf16 or fp16: weights and floating inputs cast to it,
+:func:`check_dtype` refuses one the device cannot run); every row records it in its ``dtype`` column.
 """
 
 from __future__ import annotations
@@ -43,9 +47,9 @@ from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
 
-__all__ = ["DEFAULT_LEVELS", "DTYPES", "GpuTiming", "ProfileSettings", "Target", "cast", "measure_device", "pinned",
-           "profile", "targets_from_models", "targets_from_specs", "time_call", "time_gpu_call", "wall_clock_samples",
-           "warm_gpu"]
+__all__ = ["DEFAULT_LEVELS", "DTYPES", "GpuTiming", "ProfileSettings", "Target", "cast", "check_dtype", "measure_call",
+           "measure_device", "pinned", "profile", "targets_from_models", "targets_from_specs", "time_call",
+           "time_gpu_call", "timing_columns", "wall_clock_samples", "warm_gpu"]
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +93,7 @@ class Target:
     source: str  # "sweep" or "model:NAME"
     layer: Layer
     run: Callable[[], Any]
+    dtype: str = "fp32"  # what ``run`` computes in (its weights and floating inputs)
 
 
 def _on(device: torch.device, args: Any, dtype: str = "fp32") -> Any:
@@ -126,20 +131,46 @@ def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype
             ops=[op for la in layers for op in la.ops])
         module, args = module.to(device, DTYPES[dtype]), _on(device, inputs, dtype)
         config = spec.key if dtype == "fp32" else f"{spec.key}@{dtype}"
-        targets.append(Target(config, "sweep", layer, functools.partial(module, *args)))
+        targets.append(Target(config, "sweep", layer, functools.partial(module, *args), dtype))
     return targets
 
 
-def targets_from_models(names: Sequence[str], gpu: int | None = None) -> list[Target]:
-    """Every distinct leaf layer of each zoo model, with the inputs of a real forward pass."""
+def targets_from_models(names: Sequence[str], gpu: int | None = None, dtype: str = "fp32") -> list[Target]:
+    """Every distinct leaf layer of each zoo model, with the inputs of a real forward pass, in ``dtype``
+    (features stay those of the fp32 capture; a config other than fp32 ends in ``@dtype``)."""
     device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
     targets = []
     for name in names:
         for ml in model_layers(name):
-            module, args = ml.module.to(device), _on(device, ml.args)
-            kwargs = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in ml.kwargs.items()}
-            targets.append(Target(ml.key, f"model:{name}", ml.layer, functools.partial(module, *args, **kwargs)))
+            module, args = ml.module.to(device, DTYPES[dtype]), _on(device, ml.args, dtype)
+            kwargs = {k: cast(v.to(device), dtype) if isinstance(v, torch.Tensor) else v
+                      for k, v in ml.kwargs.items()}
+            config = ml.key if dtype == "fp32" else f"{ml.key}@{dtype}"
+            targets.append(Target(config, f"model:{name}", ml.layer, functools.partial(module, *args, **kwargs),
+                                  dtype))
     return targets
+
+
+def check_dtype(dtype: str, gpu: int | None = None) -> None:
+    """Run a small linear, convolution, layer norm, GELU and softmax in ``dtype`` on the device;
+    ``ValueError`` saying so when this torch cannot (fp16 on some CPU builds)."""
+    if dtype not in DTYPES:
+        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+    def ones(*shape: int) -> torch.Tensor:
+        return torch.ones(*shape, device=device, dtype=DTYPES[dtype])
+
+    try:
+        with torch.inference_mode():
+            x = ones(4, 16)
+            torch.nn.functional.linear(x, ones(8, 16))
+            torch.nn.functional.conv2d(ones(1, 3, 8, 8), ones(4, 3, 3, 3))
+            torch.nn.functional.layer_norm(x, (16,))
+            torch.softmax(torch.nn.functional.gelu(x), dim=-1)
+    except (RuntimeError, NotImplementedError) as exc:
+        where = f"GPU {gpu}" if gpu is not None else "the CPU"
+        raise ValueError(f"this torch ({torch.__version__}) cannot run {dtype} layers on {where}: {exc}; "
+                         "profile in fp32 or bf16" + (" or on a GPU" if gpu is None else "")) from None
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameters (malloc.h)
@@ -252,17 +283,44 @@ def warm_gpu(gpu: int, seconds: float = 3.0) -> None:
         torch.cuda.synchronize(dev)
 
 
-def time_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
-              gpu: int | None = None) -> tuple[float, float, float, int]:
-    """(median, min, max) seconds per call, and the calls per measurement.
+CpuTiming = tuple[float, float, float, int]  # (median, min, max) seconds per call, calls per window
 
-    On a CPU: over ``repeats`` windows of back-to-back calls. On a GPU: wall clock of single calls
-    from launch to completion (:func:`time_gpu_call`, at least 10 of them); the window is unused.
+
+def timing_columns(timing: GpuTiming | CpuTiming, repeats: int) -> dict[str, Any]:
+    """The measurement's columns of a dataset row. A :class:`GpuTiming` fills ``event_time_s`` with
+    its CUDA-event span and counts its single calls as the repeats; a CPU timing leaves it empty.
+
+    >>> timing_columns(GpuTiming(2e-3, 1e-3, 3e-3, 1.5e-3, 20), repeats=5)["event_time_s"]
+    0.0015
+    """
+    event: float | None = None
+    if isinstance(timing, GpuTiming):  # single calls, each one sample
+        median, low, high, calls = timing.median, timing.low, timing.high, 1
+        event, repeats = timing.event_median, timing.calls
+    else:
+        median, low, high, calls = timing
+    return {"time_s": median, "time_min_s": low, "time_max_s": high, "spread": (high - low) / median,
+            "repeats": repeats, "iterations": calls, "event_time_s": event}
+
+
+def time_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
+              gpu: int | None = None) -> CpuTiming:
+    """(median, min, max) seconds per call, and the calls per measurement (:func:`measure_call`'s,
+    without the CUDA-event span)."""
+    timing = measure_call(run, window, repeats, warmup, gpu)
+    return (timing.median, timing.low, timing.high, 1) if isinstance(timing, GpuTiming) else timing
+
+
+def measure_call(run: Callable[[], Any], window: float = 0.025, repeats: int = 5, warmup: int = 2,
+                 gpu: int | None = None) -> GpuTiming | CpuTiming:
+    """On a CPU: (median, min, max) seconds per call over ``repeats`` windows of back-to-back calls,
+    and the calls per window. On a GPU: the :class:`GpuTiming` of single calls from launch to completion
+    (:func:`time_gpu_call`, at least 10 of them), CUDA-event span included; the window is unused.
     """
     if gpu is not None:
         timing = time_gpu_call(run, gpu, repeats=max(10, repeats), warmup=warmup)
         log.debug("wall %.3g s, CUDA-event span %.3g s", timing.median, timing.event_median)
-        return timing.median, timing.low, timing.high, 1
+        return timing
     with torch.inference_mode():
         for _ in range(warmup):
             run()
@@ -315,17 +373,21 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
 
     ``device`` describes the hardware (measured by :func:`measure_device` when not given). With a
     ``budget``, each level gets an equal share of it and measures targets in order until its share
-    is spent, so every level is represented.
+    is spent, so every level is represented. Every target must run in ``settings.dtype``.
     """
     settings = settings or ProfileSettings()
     if not targets:
         raise ValueError("nothing to profile: no target layers")
+    other = sorted({t.dtype for t in targets} - {settings.dtype})
+    if other:
+        raise ValueError(f"targets built in {', '.join(other)} for a {settings.dtype} profile: build them with "
+                         f"dtype={settings.dtype!r}")
     if settings.gpu is not None and settings.warm_seconds > 0:
         warm_gpu(settings.gpu, settings.warm_seconds)
     device = device or measure_device(settings)
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
-             "torch_version": torch.__version__}
+             "torch_version": torch.__version__, "dtype": settings.dtype}
     total, done, written = len(targets) * len(settings.levels), 0, 0
     share = settings.budget / len(settings.levels) if settings.budget else None
     write_rows(out, [], append=True)  # the header, once
@@ -339,16 +401,13 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
                     log.info("level %s: budget share spent after %d layers", level.describe(), done)
                     break
                 try:
-                    median, low, high, calls = time_call(target.run, window, settings.repeats,
-                                                         settings.warmup, settings.gpu)
+                    timing = measure_call(target.run, window, settings.repeats, settings.warmup, settings.gpu)
                 except (RuntimeError, ValueError) as exc:  # an unsupported shape on this device
                     log.warning("skipping %s: %s", target.config, exc)
                     continue
                 row = {**layer_features(target.layer), **fixed, **contention_features(level),
-                       "config": target.config, "source": target.source, "time_s": median,
-                       "time_min_s": low, "time_max_s": high, "spread": (high - low) / median,
-                       "repeats": settings.repeats, "iterations": calls, "loadavg": os.getloadavg()[0],
-                       "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
+                       "config": target.config, "source": target.source, **timing_columns(timing, settings.repeats),
+                       "loadavg": os.getloadavg()[0], "measured_at": datetime.now(UTC).isoformat(timespec="seconds")}
                 written += write_rows(out, [row], append=True)
                 done += 1
                 if progress:

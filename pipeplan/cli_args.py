@@ -44,7 +44,8 @@ def add_model_args(p: argparse.ArgumentParser, model_help: str = _MODEL_HELP, op
     p.add_argument("--seq-len", type=int, metavar="T", help="tokens per sequence (token models)")
     p.add_argument("--image-size", type=int, metavar="S", help="image side in pixels (image models)")
     p.add_argument("--dtype", choices=("fp32", "bf16", "fp16"), help="cast weights and inputs first (default: "
-                   "the model's own, fp32 for the zoo)")
+                   "the model's own, fp32 for the zoo); with --layers, the dtype the layers run and are recorded "
+                   "in (fp32)")
 
 
 def add_plan_args(p: argparse.ArgumentParser) -> None:

@@ -78,3 +78,25 @@ def test_gpu_load_as_contention() -> None:
     assert alone.contention() == Contention()
     full = GpuLoad(0, "x", 1.0, 0, 1, (os.getpid() + 1,), own=False)
     assert full.contention().utilization == 0.99
+
+
+def test_gpu_rows_keep_the_cuda_event_span_and_cpu_rows_leave_it_empty(tmp_path) -> None:
+    import math
+
+    from pipeplan.costmodel.dataset import read_dataset, write_rows
+    from pipeplan.costmodel.profile import GpuTiming, timing_columns
+    from pipeplan.costmodel.registry import SHIPPED_DATASET
+
+    gpu = timing_columns(GpuTiming(median=2e-3, low=1.5e-3, high=3e-3, event_median=1.2e-3, calls=20), repeats=5)
+    assert gpu == {"time_s": 2e-3, "time_min_s": 1.5e-3, "time_max_s": 3e-3, "spread": 0.75, "repeats": 20,
+                   "iterations": 1, "event_time_s": 1.2e-3}
+    cpu = timing_columns((2e-3, 1e-3, 4e-3, 37), repeats=5)
+    assert cpu["event_time_s"] is None and cpu["iterations"] == 37 and cpu["repeats"] == 5
+    base = read_dataset(SHIPPED_DATASET)[0]
+    out = tmp_path / "rows.csv"
+    write_rows(out, [{**base, **gpu}, {**base, **cpu}])
+    with out.open() as fh:
+        assert fh.read().splitlines()[2].count(",,") >= 1  # the CPU row's span is an empty cell
+    gpu_row, cpu_row = read_dataset(out)
+    assert gpu_row["event_time_s"] == 1.2e-3 and gpu_row["time_s"] == 2e-3
+    assert math.isnan(cpu_row["event_time_s"])
