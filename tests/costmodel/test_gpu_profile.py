@@ -12,7 +12,8 @@ from pipeplan.costmodel.gpu_sweep import GPU_GRIDS, gpu_sweep
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.layerspecs import default_sweep
 from pipeplan.costmodel.nvml import GpuLoad, NvmlError, read_load
-from pipeplan.costmodel.profile import ProfileSettings, cast, targets_from_specs, time_call, wall_clock_samples
+from pipeplan.costmodel.profile import ProfileSettings, cast, targets_from_specs
+from pipeplan.costmodel.timing import time_call, wall_clock_samples
 
 
 def test_wall_clock_includes_the_synchronise() -> None:
@@ -84,8 +85,8 @@ def test_gpu_rows_keep_the_cuda_event_span_and_cpu_rows_leave_it_empty(tmp_path)
     import math
 
     from pipeplan.costmodel.dataset import read_dataset, write_rows
-    from pipeplan.costmodel.profile import GpuTiming, timing_columns
     from pipeplan.costmodel.registry import SHIPPED_DATASET
+    from pipeplan.costmodel.timing import GpuTiming, timing_columns
 
     gpu = timing_columns(GpuTiming(median=2e-3, low=1.5e-3, high=3e-3, event_median=1.2e-3, calls=20), repeats=5)
     assert gpu == {"time_s": 2e-3, "time_min_s": 1.5e-3, "time_max_s": 3e-3, "spread": 0.75, "repeats": 20,

@@ -13,7 +13,8 @@ from pipeplan.costmodel.corunners import CoRunnerError, CoRunners
 from pipeplan.costmodel.dataset import COLUMNS, contention_from_row, read_dataset
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, default_sweep, parse_spec
-from pipeplan.costmodel.profile import ProfileSettings, measure_device, pinned, profile, targets_from_specs, time_call
+from pipeplan.costmodel.profile import ProfileSettings, measure_device, pinned, profile, targets_from_specs
+from pipeplan.costmodel.timing import time_call
 
 
 def _alive(pid: int) -> bool:
