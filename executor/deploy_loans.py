@@ -29,7 +29,6 @@ activations are refused: a deployment runs one microbatch a step.
 from __future__ import annotations
 
 import logging
-import os
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -42,13 +41,14 @@ from pipeplan.executor.harvest_stream import Streamer, attach
 from pipeplan.executor.lender import LenderBuild, LenderServer
 from pipeplan.executor.loan_cut import live_loans
 from pipeplan.executor.memory_cap import WeightLedger
+from pipeplan.executor.worker import stage_ledger
 
 if TYPE_CHECKING:
     from pipeplan.executor.deploy_stage import Layout
     from pipeplan.executor.worker import StageBuild
     from pipeplan.planner.plan import Plan
 
-__all__ = ["IDLE", "StageLoans", "check_servable", "layout_groups", "lender_ledger", "serve_lender"]
+__all__ = ["IDLE", "StageLoans", "check_servable", "layout_groups", "serve_lender"]
 
 log = logging.getLogger(__name__)
 
@@ -78,19 +78,6 @@ def layout_groups(order: Layout) -> tuple[dist.ProcessGroup | None, dist.Process
     fetch = dist.new_group(list(range(order.world)), backend="gloo", timeout=IDLE) \
         if loans is not None and loans.borrowed else None
     return pipe, fetch
-
-
-def lender_ledger(order: Layout, lender: LenderBuild) -> WeightLedger:
-    """Pin a lender's own process (to its device's cores; a host lender is not pinned) and check
-    what it holds against its cap."""
-    loans = order.setup.loans
-    assert loans is not None
-    me = loans.lender(lender.name)
-    if me.cores:
-        os.sched_setaffinity(0, me.cores)
-    torch.set_num_threads(1)
-    return WeightLedger(lender.name, loans.caps.get(lender.name), [item.flat for item in lender.lent],
-                        what="lent to other stages")
 
 
 class _Streamer(Streamer):
@@ -126,10 +113,7 @@ class StageLoans:
         loans = order.setup.loans
         if loans is None or fetch is None:
             return None
-        device = order.setup.stages[order.rank].device
-        ledger = WeightLedger(device, loans.caps.get(device), [*build.module.buffers(),
-                                                              *(item.flat for item in build.lent)],
-                              what="its stage's and lent to others" if build.lent else "its stage's")
+        ledger = stage_ledger(order.setup, order.rank, build)
         server = LenderServer(fetch, build.lent) if build.lent else None
         streamer = None
         if build.fetches:

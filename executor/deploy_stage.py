@@ -48,9 +48,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
-from pipeplan.executor.deploy_loans import StageLoans, layout_groups, lender_ledger, serve_lender
+from pipeplan.executor.deploy_loans import StageLoans, layout_groups, serve_lender
 from pipeplan.executor.errors import RunError
-from pipeplan.executor.lender import LenderBuild
+from pipeplan.executor.lender import LenderBuild, lender_ledger
 from pipeplan.executor.options import RunSetup
 from pipeplan.executor.schedule import TimedSchedule
 from pipeplan.executor.worker import ForwardError, GuardedStage, Phases, StageBuild, pin, stage_devices
@@ -233,7 +233,7 @@ class _Process:
         """A lender process of its own in ``order``'s layout: hold and serve the weights until Leave
         (True) or Stop (False)."""
         self.phases.enter(f"lending in layout {order.number}")
-        ledger = lender_ledger(order, lender)
+        ledger = lender_ledger(order.setup, lender)
         dist.init_process_group(order.setup.backend, init_method=order.init_method, rank=order.rank,
                                 world_size=order.world, timeout=timedelta(seconds=order.setup.options.timeout))
         _, fetch = layout_groups(order)

@@ -145,18 +145,26 @@ class LenderServer:
         return dict(self.stats)
 
 
+def lender_ledger(setup: RunSetup, built: LenderBuild) -> WeightLedger:
+    """Pin a lender's own process (to its device's cores; a host lender is not pinned, one torch
+    thread) and check the weights it lends against its cap (a run's lender and a deployment's)."""
+    assert setup.loans is not None
+    me = setup.loans.lender(built.name)
+    if me.cores:
+        os.sched_setaffinity(0, me.cores)
+    torch.set_num_threads(1)
+    return WeightLedger(built.name, setup.loans.caps.get(built.name), [item.flat for item in built.lent],
+                        what="lent to other stages")
+
+
 def run_lender(rank: int, setup: RunSetup, init_method: str, phases: Phases, built: LenderBuild) -> None:
     """Body of a lender process of its own: hold the weights, serve them, then report to rank 0."""
     from pipeplan.executor.lending import make_groups
 
     assert setup.loans is not None
     me = setup.loans.lender(built.name)
-    if me.cores:
-        os.sched_setaffinity(0, me.cores)
-    torch.set_num_threads(1)
     phases.enter("checking the lent weights against the memory cap")
-    ledger = WeightLedger(built.name, setup.loans.caps.get(built.name), [item.flat for item in built.lent],
-                          what="lent to other stages")
+    ledger = lender_ledger(setup, built)
     phases.enter("joining the process group")
     dist.init_process_group(setup.backend, init_method=init_method, rank=rank, world_size=setup.world_size,
                             timeout=timedelta(seconds=setup.options.timeout))

@@ -239,9 +239,7 @@ def run_stage(rank: int, setup: RunSetup, init_method: str, phases: Phases,
         check_plan(plan, rebuilt.captured.graph)
         built = _rebuilt_stages(plan, rebuilt, setup)[rank]
     assert isinstance(built, StageBuild)
-    ledger = WeightLedger(stage.device, setup.loans.caps.get(stage.device) if setup.loans else None,
-                          [*built.module.buffers(), *(item.flat for item in built.lent)],
-                          what="its stage's and lent to others" if built.lent else "its stage's")
+    ledger = stage_ledger(setup, rank, built)
 
     phases.enter("joining the process group")
     dist.init_process_group(setup.backend, init_method=init_method, rank=rank, world_size=setup.world_size,
@@ -349,6 +347,15 @@ def _lender_build(rank: int, setup: RunSetup) -> LenderBuild:
     built = _rebuilt_stages(plan, rebuilt, setup)[rank]
     assert isinstance(built, LenderBuild)
     return built
+
+
+def stage_ledger(setup: RunSetup, rank: int, built: StageBuild) -> WeightLedger:
+    """Stage ``rank``'s weights (its own and those it lends) against its device's cap (a run's stage
+    and a deployment's)."""
+    device = setup.stages[rank].device
+    return WeightLedger(device, setup.loans.caps.get(device) if setup.loans else None,
+                        [*built.module.buffers(), *(item.flat for item in built.lent)],
+                        what="its stage's and lent to others" if built.lent else "its stage's")
 
 
 def _server(setup: RunSetup, rank: int, built: StageBuild, group: dist.ProcessGroup | None,
