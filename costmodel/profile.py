@@ -42,6 +42,7 @@ from typing import Any
 import torch
 
 from pipeplan.costmodel.corunners import CoRunners
+from pipeplan.costmodel.dataset import DTYPES as DATASET_DTYPES
 from pipeplan.costmodel.dataset import contention_features, device_features, layer_features, write_rows
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
@@ -49,12 +50,13 @@ from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
 from pipeplan.costmodel.timing import measure_call, time_call, timing_columns, warm_gpu
 
 __all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "Target", "cast", "check_dtype", "measure_device", "pinned",
-           "profile", "targets_from_models", "targets_from_specs"]
+           "profile", "targets_from_models", "targets_from_specs", "torch_dtype"]
 
 log = logging.getLogger(__name__)
 
 DEFAULT_LEVELS = ("idle", "1xcompute", "2xcompute", "1xmemory", "2xmemory", "1xmixed", "50%")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+# The dtypes a profile runs in, by the dataset's names ("fp32", "bf16", "fp16", in that order).
+DTYPES = dict(zip(DATASET_DTYPES, (torch.float32, torch.bfloat16, torch.float16), strict=True))
 
 
 @dataclass
@@ -75,8 +77,7 @@ class ProfileSettings:
     warm_seconds: float = 3.0  # of large matmuls before a GPU is timed
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"unknown dtype {self.dtype!r}: use one of {', '.join(DTYPES)}")
+        torch_dtype(self.dtype)
         if self.threads < 1 or self.repeats < 1 or min(self.window, self.loaded_window) <= 0 or self.warmup < 0:
             raise ValueError("threads and repeats must be ≥ 1, windows > 0 and warmup ≥ 0")
         if not self.levels:
@@ -106,9 +107,14 @@ def cast(tensor: torch.Tensor, dtype: str) -> torch.Tensor:
     >>> cast(torch.ones(2), "bf16").dtype, cast(torch.ones(2, dtype=torch.long), "fp16").dtype
     (torch.bfloat16, torch.int64)
     """
+    return tensor.to(torch_dtype(dtype)) if tensor.is_floating_point() else tensor
+
+
+def torch_dtype(dtype: str) -> torch.dtype:
+    """torch's dtype of a profile's ``dtype`` (fp32, bf16, fp16); ``ValueError`` naming the choices."""
     if dtype not in DTYPES:
         raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
-    return tensor.to(DTYPES[dtype]) if tensor.is_floating_point() else tensor
+    return DTYPES[dtype]
 
 
 def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype: str = "fp32") -> list[Target]:
@@ -129,7 +135,7 @@ def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype
             param_bytes=sum(la.param_bytes for la in layers), activation_bytes=main.activation_bytes,
             kernels=sum(la.kernels for la in layers), input_shapes=main.input_shapes,
             ops=[op for la in layers for op in la.ops])
-        module, args = module.to(device, DTYPES[dtype]), _on(device, inputs, dtype)
+        module, args = module.to(device, torch_dtype(dtype)), _on(device, inputs, dtype)
         config = spec.key if dtype == "fp32" else f"{spec.key}@{dtype}"
         targets.append(Target(config, "sweep", layer, functools.partial(module, *args), dtype))
     return targets
@@ -142,7 +148,7 @@ def targets_from_models(names: Sequence[str], gpu: int | None = None, dtype: str
     targets = []
     for name in names:
         for ml in model_layers(name):
-            module, args = ml.module.to(device, DTYPES[dtype]), _on(device, ml.args, dtype)
+            module, args = ml.module.to(device, torch_dtype(dtype)), _on(device, ml.args, dtype)
             kwargs = {k: cast(v.to(device), dtype) if isinstance(v, torch.Tensor) else v
                       for k, v in ml.kwargs.items()}
             config = ml.key if dtype == "fp32" else f"{ml.key}@{dtype}"
@@ -154,11 +160,11 @@ def targets_from_models(names: Sequence[str], gpu: int | None = None, dtype: str
 def check_dtype(dtype: str, gpu: int | None = None) -> None:
     """Run a small linear, convolution, layer norm, GELU and softmax in ``dtype`` on the device;
     ``ValueError`` saying so when this torch cannot (fp16 on some CPU builds)."""
-    if dtype not in DTYPES:
-        raise ValueError(f"unknown dtype {dtype!r}: use one of {', '.join(DTYPES)}")
+    kind = torch_dtype(dtype)
     device = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
+
     def ones(*shape: int) -> torch.Tensor:
-        return torch.ones(*shape, device=device, dtype=DTYPES[dtype])
+        return torch.ones(*shape, device=device, dtype=kind)
 
     try:
         with torch.inference_mode():
