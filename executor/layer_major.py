@@ -37,8 +37,8 @@ from torch import fx, nn
 
 from pipeplan.executor.harvest_stream import Fetched, Released
 from pipeplan.executor.stages import LAYER_META, Boundary
-from pipeplan.executor.stash import StashError, storage_key
-from pipeplan.executor.stash_memory import tensors_of
+from pipeplan.executor.stash import StashError
+from pipeplan.executor.stash_memory import storages_of
 
 if TYPE_CHECKING:
     from pipeplan.executor.stash import StashClient
@@ -180,8 +180,7 @@ def run_layer_major(module: fx.GraphModule, batch: Sequence[tuple[Any, ...]], st
             if meter is not None and not meter.strict:
                 meter.check(envs, shared, batch, f"after a layer of microbatch {mb}")
             if stash is not None and b + 1 < len(blocks) and i + 1 < m:
-                keep = {storage_key(t) for t in tensors_of([*shared.values(), *batch[mb]])}
-                stash.put(mb, env, keep)
+                stash.put(mb, env, storages_of([*shared.values(), *batch[mb]]))
     return outputs
 
 

@@ -26,12 +26,18 @@ if TYPE_CHECKING:
     from pipeplan.executor.memory_cap import WeightLedger
     from pipeplan.executor.stash import StashClient
 
-__all__ = ["BatchMeter", "tensors_of"]
+__all__ = ["BatchMeter", "storages_of", "tensors_of"]
 
 
 def tensors_of(values: Iterable[Any]) -> list[torch.Tensor]:
     """Every tensor in ``values`` (tuples and lists of them included)."""
     return [x for v in values for x in pytree.tree_leaves(v) if isinstance(x, torch.Tensor)]
+
+
+def storages_of(values: Iterable[Any]) -> set[StorageKey]:
+    """The storages of every tensor in ``values``: what a stage holds whatever way it runs (its
+    weights, its inputs) and neither stashes nor counts as the batch's activations."""
+    return {storage_key(t) for t in tensors_of(values)}
 
 
 class BatchMeter:
@@ -53,8 +59,7 @@ class BatchMeter:
     def check(self, envs: Sequence[Mapping[Any, Any]], shared: Mapping[Any, Any],
               inputs: Sequence[Sequence[Any]], where: str) -> None:
         """Count what the batch holds now; raise :class:`MemoryCapError` over the cap."""
-        skip: set[StorageKey] = {storage_key(t) for t in tensors_of(shared.values())}
-        skip |= {storage_key(t) for t in tensors_of(x for args in inputs for x in args)}
+        skip = storages_of([*shared.values(), *(x for args in inputs for x in args)])
         seen: dict[StorageKey, int] = {}
         for env in envs:
             for t in tensors_of(env.values()):
