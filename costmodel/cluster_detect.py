@@ -157,7 +157,7 @@ def recorded_loads(readings: Sequence[GpuLoad | None]) -> tuple[list[Contention]
         load = g.contention() if g is not None else Contention()
         loads.append(load)
         if g is not None:
-            others = sum(p != os.getpid() for p in g.processes)
+            others = len(g.others)
             own = "" if not g.own else (f", this process {g.own_utilization:.0%}" if g.own_utilization is not None
                                         else ", this process's share unknown")
             notes.append(f"gpu{i} when detected (NVML): {g.utilization:.0%} busy{own}, {others} other process(es), "

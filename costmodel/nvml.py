@@ -55,10 +55,15 @@ class GpuLoad:
     # per-process samples; None when NVML gave none (then the rule splits utilization evenly)
     uuid: str = ""  # NVML's "GPU-…" UUID, to match a CUDA device whatever the index order
 
+    @property
+    def others(self) -> list[int]:
+        """The PIDs of the other processes holding a context on the GPU."""
+        return [p for p in self.processes if p != os.getpid()]
+
     def contention(self) -> Contention:
         """The load others put on the GPU, as a utilisation (idle when nothing runs), with this
         process's own share taken out (the module's rule)."""
-        others = [p for p in self.processes if p != os.getpid()]
+        others = self.others
         if not others or self.utilization <= 0:
             return Contention()
         used = self.utilization
