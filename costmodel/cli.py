@@ -228,6 +228,35 @@ def cmd_probe(args: argparse.Namespace) -> None:
                   f"written to {path}. {uses}.")
 
 
+def cmd_wake(args: argparse.Namespace) -> None:
+    import time
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from pipeplan.costmodel.hardware import Contention
+    from pipeplan.costmodel.wake import default_path
+    from pipeplan.costmodel.wake_probe import run_wake_probe
+
+    levels = [Contention.parse(text) for text in args.levels.split(",") if text.strip()]
+    console = Console()
+    started = time.monotonic()
+    with console.status("measuring") as status:
+        model = run_wake_probe(levels, args.core, args.repeats, progress=lambda m: status.update(f"measuring: {m}"))
+    path = model.save(Path(args.out) if args.out else default_path())
+    table = Table(title=f"{model.cpu}: after sleeping S, work w takes w + a + b·w on an idle core; under a "
+                  "shared core it runs its first x at full speed")
+    for col in ("sleep ms", "a ms", "b", *(f"x ms, {level}" for level in model.credit)):
+        table.add_column(col, justify="right")
+    for i, (sleep, a, b) in enumerate(zip(model.sleeps, model.penalty_fixed, model.penalty_rate, strict=True)):
+        table.add_row(f"{sleep * 1e3:g}", f"{a * 1e3:.3f}", f"{b:.3f}",
+                      *(f"{credits[i] * 1e3:.2f}" for credits in model.credit.values()))
+    console.print(table)
+    fit = ", ".join(f"{name} {err:.0%}" for name, err in model.fit_error.items())
+    console.print(f"fit error (log RMS) {fit}; measured on core {args.core} in {time.monotonic() - started:.0f} s; "
+                  f"written to {path}. `pipeplan run` now prices each stage's waits with it.")
+
+
 def _first_core() -> int:
     """The lowest core this process may run on (0 unless a taskset or container withholds it)."""
     import os
@@ -306,3 +335,16 @@ def register(sub: Any) -> None:
     pr.add_argument("--out", metavar="PROBE.json", help="where to write it (default: this CPU's probe in the user "
                     "data directory, or $PIPEPLAN_PROBE_DIR)")
     pr.set_defaults(func=cmd_probe)
+    wk = cm.add_parser("wake", help="how this CPU runs a stage that waited for its input, in about a minute",
+                       description="Time a reference workload on one core after sleeps of 0.5–16 ms and back to "
+                       "back, idle and under co-runners, and fit this CPU's wake model: the idle penalty after a "
+                       "wait and the full-speed credit a woken task gets on a shared core. `pipeplan run` "
+                       "then predicts each stage's compute with its waits (pipeplan.costmodel.wake).")
+    wk.add_argument("--core", type=int, default=_first_core(), metavar="C",
+                    help="the core to measure on (default: the first this process may use; keep it otherwise idle)")
+    wk.add_argument("--levels", default="2xcompute,1xcompute", metavar="L,L",
+                    help="loads that share the core, made by co-runners (default 2xcompute,1xcompute)")
+    wk.add_argument("--repeats", type=int, default=30, metavar="N", help="timed calls per cell (30)")
+    wk.add_argument("--out", metavar="WAKE.json", help="where to write it (default: this CPU's wake model in the "
+                    "user data directory, or $PIPEPLAN_WAKE_DIR)")
+    wk.set_defaults(func=cmd_wake)

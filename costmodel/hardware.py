@@ -245,6 +245,26 @@ def _design(model: str) -> str:
     return re.sub(r", stepping [^,)]*\)$", ")", model)
 
 
+def cpu_file(env: str, folder: str, cpu: str | None = None) -> Path:
+    """A file measured on this machine's (or ``cpu``'s) CPU: in the folder ``$env`` names, else in
+    ``folder`` of the user data directory; named after the CPU.
+
+    >>> cpu_file("NO_SUCH_VARIABLE", "probes", "AMD EPYC (cpu family 25, model 17)").name
+    'amd-epyc-cpu-family-25-model-17.json'
+    """
+    import os
+
+    chosen = os.environ.get(env)
+    if chosen:
+        directory = Path(chosen)
+    else:
+        from platformdirs import user_data_dir
+
+        directory = Path(user_data_dir("pipeplan")) / folder
+    slug = re.sub(r"[^a-z0-9]+", "-", (cpu or cpu_model()).lower()).strip("-")[:80] or "cpu"
+    return directory / f"{slug}.json"
+
+
 class Link(BaseModel):
     """The path between two devices; it is the same in both directions.
 

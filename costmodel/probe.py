@@ -30,8 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -42,7 +40,7 @@ from typing import Any
 
 from pipeplan.costmodel.base import CostModel, LayerMemory
 from pipeplan.costmodel.graph import Layer
-from pipeplan.costmodel.hardware import Contention, Device, cpu_model
+from pipeplan.costmodel.hardware import Contention, Device, cpu_file, cpu_model
 from pipeplan.errors import UserError
 
 __all__ = ["FORMAT", "NEAREST", "PROBE_MODELS", "Probe", "ProbeError", "ProbedCostModel", "default_path", "fit",
@@ -58,20 +56,9 @@ class ProbeError(UserError, ValueError):
     """No probe of this CPU, or a probe file that cannot be read."""
 
 
-def _slug(text: str) -> str:
-    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80] or "cpu"
-
-
 def default_path(cpu: str | None = None) -> Path:
     """Where this machine's (or ``cpu``'s) probe lives: ``$PIPEPLAN_PROBE_DIR`` or the user data directory."""
-    env = os.environ.get("PIPEPLAN_PROBE_DIR")
-    if env:
-        folder = Path(env)
-    else:
-        from platformdirs import user_data_dir
-
-        folder = Path(user_data_dir("pipeplan")) / "probes"
-    return folder / f"{_slug(cpu or cpu_model())}.json"
+    return cpu_file("PIPEPLAN_PROBE_DIR", "probes", cpu)
 
 
 @dataclass

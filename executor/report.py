@@ -128,11 +128,13 @@ def _microbatches(rows: list[list[float]], upstream: dict[tuple[int, int], float
 
 def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
                  at_load: list[float] | None = None, costmodel: str | None = None,
-                 notes: list[str] | None = None) -> RunReport:
+                 notes: list[str] | None = None, back_to_back: list[float] | None = None) -> RunReport:
     """Assemble the report from every stage's measurements (rank 0's gathered ``results``, with the
     reports of lenders that run no stage).
 
-    ``at_load`` are the stages' compute times re-predicted under the run's load, if any.
+    ``at_load`` are the stages' compute times re-predicted under the run's load, if any, waits
+    included; ``back_to_back`` the same without the waits (kept as ``predicted_at_load["back_to_back"]``
+    where they differ).
     """
     lenders = [r for r in results if "lender" in r]
     results = sorted((r for r in results if "stage" in r), key=lambda r: r["stage"])
@@ -162,6 +164,8 @@ def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
         if at_load is not None:
             time_at_load = _combine(at_load[k], planned.recv, planned.send, serial)
             report.predicted_at_load = {"compute": at_load[k], "time": time_at_load}
+            if back_to_back is not None and back_to_back[k] != at_load[k]:
+                report.predicted_at_load["back_to_back"] = back_to_back[k]
             report.error_at_load = {"compute": relative_error(mean["compute"], at_load[k]),
                                     "time": relative_error(mean["time"], time_at_load)}
         stages.append(report)

@@ -44,7 +44,8 @@ __all__ = ["feed_back", "repredict", "run_plan"]
 log = logging.getLogger(__name__)
 
 
-def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[float] | None, str | None, list[str]]:
+def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup,
+              as_run: bool = True) -> tuple[list[float] | None, str | None, list[str]]:
     """Each stage's compute re-predicted under the load this run puts on its device.
 
     Returns ``(times, cost model spec, notes)``; ``times`` is None when the cost model cannot be
@@ -55,6 +56,10 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
     The model is the plan's own (its ``costmodel`` spec, whose file must still have the plan's
     ``costmodel_digest``), unless the run names another; a missing or changed file is said in the
     notes and nothing is re-predicted, since another model's figures would pass for the plan's.
+
+    With ``as_run`` (and CPU stages), each stage's wait for its input is priced by this CPU's wake
+    model (:mod:`pipeplan.costmodel.wake`): a stage that is not the bottleneck sleeps part of every
+    cycle and then runs differently from its back-to-back time; without, the back-to-back times.
     """
     cluster = Cluster.from_dict(setup.cluster)
     loads = _loads(setup)
@@ -64,10 +69,36 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup) -> tuple[list[floa
     spec = model.spec or model.name
     if not setup.options.costmodel and spec != plan.costmodel:
         notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
-    times = [model.stage_time([graph[name] for name in stage.layers],
-                              cluster.device(stage.device).with_load(loads[stage.device]))
-             for stage in plan.stages]
+    layers = [[graph[name] for name in stage.layers] for stage in plan.stages]
+    devices = [cluster.device(stage.device) for stage in plan.stages]
+    times = [model.stage_time(ls, dev.with_load(loads[dev.id])) for ls, dev in zip(layers, devices, strict=True)]
+    if as_run and all(dev.gpu is None for dev in devices):
+        idle = [model.stage_time(ls, dev.with_load(Contention())) for ls, dev in zip(layers, devices, strict=True)]
+        times, wake_note = _as_run(plan, idle, times, [loads[dev.id] for dev in devices])
+        notes.extend(wake_note)
     return times, spec, notes
+
+
+def _as_run(plan: Plan, idle: list[float], loaded: list[float],
+            loads: list[Contention]) -> tuple[list[float], list[str]]:
+    """The stages' computes with their waits priced by this CPU's wake model
+    (:mod:`pipeplan.costmodel.wake`), or unchanged, with a note, where this CPU has none."""
+    from pipeplan.costmodel.wake import StageLoad, WakeError, find_wake_model, stage_times_as_run, wake_off
+
+    try:
+        wake = find_wake_model()
+    except WakeError as exc:
+        return loaded, [f"stage waits not priced: {exc}"]
+    if wake is None and wake_off():
+        return loaded, []
+    if wake is None:
+        return loaded, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a "
+                        "minute); stages other than the bottleneck are predicted at their back-to-back times"]
+    stages = [StageLoad(i, t, s.recv, s.send, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads,
+                                                                              strict=True)]
+    as_run = stage_times_as_run(wake, stages, serial=plan.options.comm == "serial")
+    return as_run, [f"stage computes include their waits for input, priced by the wake model of {wake.cpu} "
+                    f"({wake.source})"]
 
 
 def _loads(setup: RunSetup) -> dict[str, Contention]:
@@ -131,7 +162,8 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
 
 def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:
     at_load, spec, notes = repredict(plan, graph, setup)
-    report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes])
+    back_to_back = repredict(plan, graph, setup, as_run=False)[0] if at_load is not None else None
+    report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes], back_to_back)
     if setup.options.calibrate:
         report.notes += feed_back(plan, graph, setup, [s.measured["compute"] for s in report.stages])
     if report.check is not None and not report.check["ok"]:

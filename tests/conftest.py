@@ -29,3 +29,6 @@ def _calibration_file(tmp_path_factory: pytest.TempPathFactory) -> None:
     os.environ["PIPEPLAN_CALIBRATION"] = str(tmp_path_factory.mktemp("calibration") / "calibration.json")
     # A probe of this CPU in the user's data directory would change what `learned` means here.
     os.environ["PIPEPLAN_PROBE_DIR"] = str(tmp_path_factory.mktemp("probes"))
+    # Stage predictions are back-to-back unless a test asks for a wake model: whether this CPU has
+    # one (shipped or the user's) must not change what the other tests assert.
+    os.environ["PIPEPLAN_WAKE"] = "none"

@@ -1,0 +1,250 @@
+"""How a pipeline stage that waits for its input runs when its input arrives: the wake model of a CPU.
+
+A cost model times layers *back to back*: the profile runs a layer again and again, and under a
+load it shares the core with the co-runners all the time.  In a pipeline only the bottleneck stage
+computes all the time; every other stage computes for part of the cycle and sleeps in a receive
+for the rest.  Two things then happen on a CPU, both measured on this project's VMs
+(``benchmarks/README.md``, issue 16):
+
+- **after a sleep the work runs slower on an idle core**: the caches went cold and the core's clock
+  dropped while it waited — on the Zen 4 VM a 0.47 ms layer chain takes 0.6 ms after sleeping 1 ms
+  and 0.9 ms after 16 ms;
+- **a woken task runs ahead of co-runners that never sleep**: Linux's fair scheduler places a task
+  that slept so that it soon runs, at full speed for a while (up to a couple of milliseconds on the
+  VMs) before it shares the core again — a 2.7 ms stage beside two compute co-runners took 5 ms in a
+  pipeline where its back-to-back time under that load was 9.7 ms.  How long depends on the sleep
+  and on the co-runners (beside one co-runner the credit fades after sleeps of 8 ms or more, beside
+  two it does not), so it is measured per load and sleep rather than derived from the scheduler.
+
+:class:`WakeModel` holds both, measured per CPU by :mod:`pipeplan.costmodel.wake_probe` on a
+reference workload (``pipeplan costmodel wake``): an idle *penalty* ``a(S) + b(S)·w`` for work ``w``
+after a sleep ``S``, and per probed load a *credit* ``x(S)`` of full-speed time after a sleep, both
+interpolated between the probed sleeps.  A stage of idle time ``w`` and back-to-back time ``L = s·w``
+under its load then takes, woken after ``S``::
+
+    w' = w + a(S) + b(S)·w                       (the penalty)
+    t  = w'·s                                    if the load shares no core time (idle, s ≈ 1)
+    t  = min(w', x(S)) + max(0, w' − x(S))·s     otherwise (x of the probed load nearest the stage's)
+
+:func:`stage_times_as_run` finds each stage's sleep from the pipeline's steady state — every stage
+computes one microbatch per cycle of the slowest stage, and sleeps for the rest of it — and iterates
+to a fixed point.  The bottleneck stage never sleeps and keeps its back-to-back time, so a plan's
+objective is unchanged; what changes is the prediction of the other stages, which the run report
+compares with what they measured.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pipeplan.costmodel.hardware import Contention, cpu_file, same_cpu
+from pipeplan.errors import UserError
+
+__all__ = ["FORMAT", "SHIPPED", "StageLoad", "WakeError", "WakeModel", "default_path", "find_wake_model",
+           "stage_times_as_run", "wake_off"]
+
+FORMAT = "pipeplan.wake"
+SHIPPED = Path(__file__).parent / "data" / "wake"
+_TIME_SHARED = 1.05  # a back-to-back slowdown above this means the core's time is shared
+
+
+class WakeError(UserError, ValueError):
+    """A wake model file that cannot be read, or measurements too few to fit one."""
+
+
+@dataclass
+class WakeModel:
+    """What a CPU does to a stage that slept: idle penalty per sleep, full-speed credit under load.
+
+    ``sleeps`` are the probed sleeps (seconds, ascending, all > 0); ``penalty_fixed[i]`` and
+    ``penalty_rate[i]`` are ``a`` and ``b`` after ``sleeps[i]``; ``credit[level][i]`` is the
+    full-speed time after ``sleeps[i]`` under a probed load (named as ``Contention.describe`` writes
+    it); ``grid`` keeps the raw measurements (level → rows of ``[work, sleep, seconds]``, work the
+    idle back-to-back time) so that a model can be refitted or inspected.
+    """
+
+    cpu: str
+    measured_at: str
+    sleeps: list[float]
+    penalty_fixed: list[float]
+    penalty_rate: list[float]
+    credit: dict[str, list[float]] = field(default_factory=dict)
+    grid: dict[str, list[list[float]]] = field(default_factory=dict)
+    fit_error: dict[str, float] = field(default_factory=dict)  # level → RMS of log residuals
+    source: str = ""
+
+    def __post_init__(self) -> None:
+        n = len(self.sleeps)
+        if n == 0 or len(self.penalty_fixed) != n or len(self.penalty_rate) != n:
+            raise WakeError(f"a wake model needs one penalty per probed sleep: {n} sleeps, "
+                            f"{len(self.penalty_fixed)} fixed and {len(self.penalty_rate)} rate terms")
+        if any(b <= a for a, b in zip(self.sleeps, self.sleeps[1:], strict=False)) or self.sleeps[0] <= 0:
+            raise WakeError(f"probed sleeps must be positive and ascending, got {self.sleeps}")
+        for level, credits in self.credit.items():
+            if len(credits) != n or min(credits, default=0.0) < 0:
+                raise WakeError(f"load {level!r} needs one credit ≥ 0 per probed sleep ({n}), got {credits}")
+
+    # --- prediction -----------------------------------------------------------------------------
+    def _at(self, values: Sequence[float], sleep: float) -> float:
+        """``values`` (one per probed sleep) at ``sleep``: linear between probed sleeps, from 0 at no
+        sleep, and the longest probed sleep's beyond it (a core that slept long is as cold as it gets)."""
+        if sleep <= 0:
+            return 0.0
+        xs, ys = [0.0, *self.sleeps], [0.0, *values]
+        if sleep >= xs[-1]:
+            return ys[-1]
+        i = bisect.bisect_right(xs, sleep)
+        return ys[i - 1] + (sleep - xs[i - 1]) / (xs[i] - xs[i - 1]) * (ys[i] - ys[i - 1])
+
+    def penalty(self, sleep: float) -> tuple[float, float]:
+        """``(a, b)`` after ``sleep`` seconds on an idle core."""
+        return self._at(self.penalty_fixed, sleep), self._at(self.penalty_rate, sleep)
+
+    def level_for(self, load: Contention | None) -> str | None:
+        """The probed load whose credit ``load`` takes: the same one, else the same kind with the
+        nearest number of co-runners, else the nearest number of any kind (None: none probed)."""
+        if not self.credit:
+            return None
+        if load is None:
+            return min(self.credit)
+        if load.describe() in self.credit:
+            return load.describe()
+        probed = [(lv, Contention.parse(lv)) for lv in sorted(self.credit)]
+        count = load.corunners or 1  # a measured utilisation: one co-runner's worth
+        return min(probed, key=lambda p: (p[1].kind != load.kind, abs(p[1].corunners - count)))[0]
+
+    def woken_time(self, idle: float, loaded: float, sleep: float, load: Contention | None = None) -> float:
+        """Seconds for work of back-to-back time ``idle`` on an idle core and ``loaded`` under ``load``,
+        started after sleeping ``sleep`` seconds (see the module's formula)."""
+        if idle <= 0:
+            return max(loaded, 0.0)
+        a, b = self.penalty(sleep)
+        woken = idle + a + b * idle
+        slowdown = max(loaded / idle, 1.0)
+        level = self.level_for(load)
+        if slowdown <= _TIME_SHARED or level is None:
+            return woken * slowdown
+        credit = self._at(self.credit[level], sleep)
+        return min(woken, credit) + max(0.0, woken - credit) * slowdown
+
+    # --- files ----------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": 1, **asdict(self)}
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> WakeModel:
+        if doc.get("format") != FORMAT:
+            raise WakeError(f"not a wake model (format {doc.get('format')!r}, expected {FORMAT!r})")
+        names = ("cpu", "measured_at", "sleeps", "penalty_fixed", "penalty_rate", "credit", "grid", "fit_error")
+        try:
+            return cls(**{k: doc[k] for k in names if k in doc})
+        except TypeError as exc:
+            raise WakeError(f"wake model is missing a field: {exc}") from None
+
+    @classmethod
+    def load(cls, path: str | Path) -> WakeModel:
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text())
+        except (OSError, json.JSONDecodeError) as exc:
+            raise WakeError(f"cannot read wake model {path}: {exc}") from None
+        model = cls.from_dict(doc)
+        model.source = str(path)
+        return model
+
+    def save(self, path: str | Path) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        doc = self.to_dict()
+        doc.pop("source", None)
+        tmp.write_text(json.dumps(doc, indent=1))
+        tmp.replace(path)  # atomic: a crash never leaves half a file
+        return path
+
+
+def default_path(cpu: str | None = None) -> Path:
+    """Where this machine's (or ``cpu``'s) wake model is written: ``$PIPEPLAN_WAKE_DIR`` or ``wake/``
+    in the user data directory."""
+    return cpu_file("PIPEPLAN_WAKE_DIR", "wake", cpu)
+
+
+def find_wake_model() -> WakeModel | None:
+    """This CPU's wake model: ``$PIPEPLAN_WAKE`` (a file, or ``none`` for no model), else the user's
+    own probe (:func:`default_path`), else a shipped one measured on the same CPU design, else None
+    (stages are then predicted at their back-to-back times)."""
+    if wake_off():
+        return None
+    chosen = os.environ.get("PIPEPLAN_WAKE", "").strip()
+    if chosen:
+        return WakeModel.load(chosen)
+    own = default_path()
+    if own.exists():
+        return WakeModel.load(own)
+    for path in sorted(SHIPPED.glob("*.json")):
+        model = WakeModel.load(path)
+        if same_cpu(model.cpu):
+            return model
+    return None
+
+
+def wake_off() -> bool:
+    """Whether ``$PIPEPLAN_WAKE`` is ``none``: stages predicted back to back, and nothing said of it."""
+    return os.environ.get("PIPEPLAN_WAKE", "").strip().lower() == "none"
+
+
+@dataclass(frozen=True)
+class StageLoad:
+    """One stage as the pipeline runs it: back-to-back compute idle and under its load (seconds per
+    microbatch), and its transfers, which overlap the compute unless the comm mode is serial."""
+
+    idle: float
+    loaded: float
+    recv: float = 0.0
+    send: float = 0.0
+    load: Contention | None = None  # the load of its device (None: idle)
+
+
+def _stage_time(compute: float, stage: StageLoad, serial: bool) -> float:
+    return compute + stage.recv + stage.send if serial else max(compute, stage.recv, stage.send)
+
+
+def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], serial: bool = False,
+                       iterations: int = 50) -> list[float]:
+    """Each stage's compute per microbatch in the pipeline's steady state, waits included.
+
+    Every stage computes one microbatch per cycle ``T`` (the slowest stage's time) and waits for the
+    rest of it, ``T − time``; its compute is :meth:`WakeModel.woken_time` after that wait.  The
+    cycle depends on the computes and they on it, so this iterates (damped) to a fixed point; the
+    bottleneck never waits and keeps its back-to-back time.
+
+    Two stages of nearly equal back-to-back times can have two fixed points: the loaded one as the
+    bottleneck that never waits, or waiting and woken faster than the other.  A run starts with
+    every stage but the first waiting for its first input, so it reaches the second where it exists
+    (measured: the contention experiment's loaded stage predicted 9.69 ms back to back beside a
+    9.59 ms stage ran in 6.6 ms), and the iteration starts there: each stage as woken after a long wait.
+    """
+    compute = [wake.woken_time(s.idle, s.loaded, wake.sleeps[-1], s.load) for s in stages]
+    for _ in range(iterations):
+        times = [_stage_time(c, s, serial) for c, s in zip(compute, stages, strict=True)]
+        cycle = max(times, default=0.0)
+        new = [wake.woken_time(s.idle, s.loaded, max(cycle - t, 0.0), s.load)
+               for s, t in zip(stages, times, strict=True)]
+        moved = max((abs(n - c) for n, c in zip(new, compute, strict=True)), default=0.0)
+        compute = [(n + c) / 2 for n, c in zip(new, compute, strict=True)]
+        if moved <= 1e-6 * max(cycle, 1e-9):
+            break
+    return compute
+
+
+def log_rms(pairs: Sequence[tuple[float, float]]) -> float:
+    """RMS of ``log(predicted / measured)`` over ``(predicted, measured)`` pairs."""
+    logs = [math.log(p / m) for p, m in pairs if p > 0 and m > 0]
+    return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0

@@ -1,0 +1,119 @@
+"""The wake model: how a stage that waited for its input runs, measured on this CPU and applied to a pipeline."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.wake import SHIPPED, StageLoad, WakeError, WakeModel, find_wake_model, stage_times_as_run
+from pipeplan.costmodel.wake_probe import fit_wake, measure_grid
+from tests.cli_run import run
+
+MS = 1e-3
+TWO = Contention.parse("2xcompute")
+
+
+def _model(credit: float = 1.5 * MS, fixed: tuple[float, float] = (0.0, 0.0)) -> WakeModel:
+    return WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS],
+                     penalty_fixed=list(fixed), penalty_rate=[0.0, 0.05],
+                     credit={"2×compute": [credit, credit], "1×memory": [0.0, 0.0]})
+
+
+def test_woken_time_adds_the_idle_penalty_and_runs_the_credit_at_full_speed() -> None:
+    model = _model(fixed=(0.1 * MS, 0.4 * MS))
+    # idle core, after 8.5 ms asleep: halfway between the probed sleeps
+    a, b = model.penalty(8.5 * MS)
+    assert a == pytest.approx(0.25 * MS) and b == pytest.approx(0.025)
+    assert model.woken_time(2 * MS, 2 * MS, 8.5 * MS) == pytest.approx(2 * MS + 0.25 * MS + 0.025 * 2 * MS)
+    # under two compute co-runners (3× back to back): the first 1.5 ms at full speed, the rest at 3×
+    woken = 2 * MS + 0.4 * MS + 0.05 * 2 * MS  # past the longest probed sleep: its penalty
+    assert model.woken_time(2 * MS, 6 * MS, 20 * MS, TWO) == pytest.approx(1.5 * MS + (woken - 1.5 * MS) * 3)
+    # back to back (no sleep): no penalty, no credit
+    assert model.woken_time(2 * MS, 6 * MS, 0.0, TWO) == pytest.approx(6 * MS)
+    # a short sleep earns part of the credit: linear from nothing at no sleep to the first probed sleep
+    assert model.woken_time(2 * MS, 6 * MS, 0.5 * MS, TWO) == pytest.approx(0.75 * MS + (2.05 - 0.75) * 3 * MS)
+
+
+def test_a_load_never_probed_takes_the_nearest_probed_loads_credit() -> None:
+    model = _model()
+    assert model.level_for(Contention.parse("2xcompute")) == "2×compute"
+    assert model.level_for(Contention.parse("3xcompute")) == "2×compute"  # same kind, nearest count
+    assert model.level_for(Contention.parse("2xmemory")) == "1×memory"
+    assert model.level_for(Contention.parse("1xmixed")) == "1×memory"  # no mixed: nearest count of any kind
+
+
+def test_a_woken_stage_beside_a_slightly_slower_one_runs_at_its_woken_time() -> None:
+    """The contention experiment's case: back to back the loaded stage would be the bottleneck
+    (9.69 ms beside 9.59), but woken after each wait it runs well below it."""
+    model = _model()
+    times = stage_times_as_run(model, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)])
+    assert times[0] == pytest.approx(9.59 * MS)  # the bottleneck never waits
+    slowdown = 9.69 / 2.7
+    sleep = 9.59 * MS - times[1]
+    woken = 2.7 * MS * (1 + model.penalty(sleep)[1]) + model.penalty(sleep)[0]
+    assert times[1] == pytest.approx(1.5 * MS + (woken - 1.5 * MS) * slowdown, rel=1e-4)
+    assert 4 * MS < times[1] < 7 * MS
+    # a loaded stage that is the bottleneck by far keeps its back-to-back time; the idle one pays its penalty
+    times = stage_times_as_run(model, [StageLoad(6.5 * MS, 22.41 * MS, load=TWO), StageLoad(6.17 * MS, 6.17 * MS)])
+    assert times[0] == pytest.approx(22.41 * MS)
+    rate = model.penalty(22.41 * MS - times[1])[1]  # slept nearly 16 ms: b nearly 0.05 (a = 0)
+    assert times[1] == pytest.approx(6.17 * MS * (1 + rate), rel=1e-4) and 0.049 < rate < 0.05
+
+
+def test_bad_wake_models_are_refused_with_what_is_wrong(tmp_path: Path) -> None:
+    with pytest.raises(WakeError, match="one penalty per probed sleep"):
+        WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[], penalty_rate=[0.0])
+    with pytest.raises(WakeError, match="positive and ascending"):
+        WakeModel(cpu="c", measured_at="", sleeps=[2 * MS, MS], penalty_fixed=[0, 0], penalty_rate=[0, 0])
+    with pytest.raises(WakeError, match="one credit ≥ 0 per probed sleep"):
+        WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0], credit={"1×compute": []})
+    (tmp_path / "w.json").write_text(json.dumps({"format": "pipeplan.cpu-probe"}))
+    with pytest.raises(WakeError, match="not a wake model"):
+        WakeModel.load(tmp_path / "w.json")
+    with pytest.raises(WakeError, match="needs the idle grid"):
+        fit_wake({"2×compute": {1: {0.0: MS}}})
+
+
+def test_the_environment_chooses_a_file_or_none(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = _model().save(tmp_path / "mine.json")
+    monkeypatch.setenv("PIPEPLAN_WAKE", str(path))
+    found = find_wake_model()
+    assert found is not None and found.source == str(path) and found.credit == _model().credit
+    monkeypatch.setenv("PIPEPLAN_WAKE", "none")
+    assert find_wake_model() is None
+    for shipped in SHIPPED.glob("*.json"):  # every shipped model reads
+        assert WakeModel.load(shipped).sleeps
+
+
+def test_a_real_grid_measured_here_fits_and_round_trips(tmp_path: Path) -> None:
+    core = min(os.sched_getaffinity(0))
+    sleeps = (0.001, 0.004)
+    grid = {"idle": measure_grid(None, core, repeats=3, chains=(1, 4), sleeps=sleeps),
+            "1×compute": measure_grid(Contention.parse("1xcompute"), core, repeats=3, chains=(1, 4), sleeps=sleeps)}
+    for g in grid.values():
+        assert sorted(g) == [1, 4] and all(sorted(row) == [0.0, *sleeps] for row in g.values())
+    # one compute co-runner on the same core takes a share of it: four blocks back to back run slower
+    assert grid["1×compute"][4][0.0] > 1.2 * grid["idle"][4][0.0]
+    model = fit_wake(grid, cpu="this cpu")
+    assert model.sleeps == list(sleeps) and set(model.credit) == {"1×compute"}
+    assert all(a >= 0 for a in model.penalty_fixed) and all(b >= 0 for b in model.penalty_rate)
+    assert all(0 <= c <= 10 * MS for c in model.credit["1×compute"])
+    assert set(model.fit_error) == {"idle", "1×compute"}
+    again = WakeModel.load(model.save(tmp_path / "w.json"))
+    assert (again.penalty_fixed, again.credit, again.grid) == (model.penalty_fixed, model.credit, model.grid)
+
+
+def test_the_cli_measures_and_writes_a_wake_model(tmp_path: Path) -> None:
+    out = tmp_path / "wake.json"
+    result = run("costmodel", "wake", "--levels", "1xcompute", "--repeats", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    assert "x ms, 1×compute" in result.stdout and str(out) in result.stdout.replace("\n", "")
+    model = WakeModel.load(out)
+    assert list(model.credit) == ["1×compute"] and len(model.sleeps) == 6
+    bad = run("costmodel", "wake", "--levels", "idle", "--out", str(tmp_path / "no.json"))
+    assert bad.returncode == 2 and "creates its loads with co-runners" in bad.stderr
+    assert not (tmp_path / "no.json").exists()
