@@ -138,8 +138,11 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
     cluster = Cluster.from_dict(setup.cluster)
     loads = _loads(setup)
     devices = [cluster.device(stage.device).with_load(loads[stage.device]) for stage in plan.stages]
-    predicted = [base.stage_time([graph[name] for name in stage.layers], d) for stage, d in
-                 zip(plan.stages, devices, strict=True)]
+    layers = [[graph[name] for name in stage.layers] for stage in plan.stages]
+    predicted = [base.stage_time(ls, d) for ls, d in zip(layers, devices, strict=True)]
+    if all(d.gpu is None for d in devices):  # a stage's factor is what is left once its waits are priced
+        idle = [base.stage_time(ls, d.with_load(Contention())) for ls, d in zip(layers, devices, strict=True)]
+        predicted, _ = _as_run(plan, idle, predicted, [d.load for d in devices])
     store = CalibrationStore()
     before = CalibratedCostModel(base, store)
     factors_before = [before.factor(d) for d in devices]
