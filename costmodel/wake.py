@@ -26,11 +26,9 @@ under its load then takes, woken after ``S``::
     t  = w'·s                                    if the load shares no core time (idle, s ≈ 1)
     t  = min(w', x(S)) + max(0, w' − x(S))·s     otherwise (x of the probed load nearest the stage's)
 
-:func:`stage_times_as_run` finds each stage's sleep from the pipeline's steady state — every stage
-computes one microbatch per cycle of the slowest stage, and sleeps for the rest of it — and iterates
-to a fixed point.  The bottleneck stage never sleeps and keeps its back-to-back time, so a plan's
-objective is unchanged; what changes is the prediction of the other stages, which the run report
-compares with what they measured.
+:mod:`pipeplan.executor.as_run` replays the executor's schedule on a plan's stages to find each
+one's waits, and prices every microbatch with this model: what ``pipeplan run`` predicts and
+reports beside the back-to-back figure.
 """
 
 from __future__ import annotations
@@ -47,8 +45,7 @@ from typing import Any
 from pipeplan.costmodel.hardware import Contention, cpu_file, same_cpu
 from pipeplan.errors import UserError
 
-__all__ = ["FORMAT", "SHIPPED", "StageLoad", "WakeError", "WakeModel", "default_path", "find_wake_model",
-           "stage_times_as_run", "wake_off"]
+__all__ = ["FORMAT", "SHIPPED", "WakeError", "WakeModel", "default_path", "find_wake_model", "wake_off"]
 
 FORMAT = "pipeplan.wake"
 SHIPPED = Path(__file__).parent / "data" / "wake"
@@ -198,50 +195,6 @@ def find_wake_model() -> WakeModel | None:
 def wake_off() -> bool:
     """Whether ``$PIPEPLAN_WAKE`` is ``none``: stages predicted back to back, and nothing said of it."""
     return os.environ.get("PIPEPLAN_WAKE", "").strip().lower() == "none"
-
-
-@dataclass(frozen=True)
-class StageLoad:
-    """One stage as the pipeline runs it: back-to-back compute idle and under its load (seconds per
-    microbatch), and its transfers, which overlap the compute unless the comm mode is serial."""
-
-    idle: float
-    loaded: float
-    recv: float = 0.0
-    send: float = 0.0
-    load: Contention | None = None  # the load of its device (None: idle)
-
-
-def _stage_time(compute: float, stage: StageLoad, serial: bool) -> float:
-    return compute + stage.recv + stage.send if serial else max(compute, stage.recv, stage.send)
-
-
-def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], serial: bool = False,
-                       iterations: int = 50) -> list[float]:
-    """Each stage's compute per microbatch in the pipeline's steady state, waits included.
-
-    Every stage computes one microbatch per cycle ``T`` (the slowest stage's time) and waits for the
-    rest of it, ``T − time``; its compute is :meth:`WakeModel.woken_time` after that wait.  The
-    cycle depends on the computes and they on it, so this iterates (damped) to a fixed point; the
-    bottleneck never waits and keeps its back-to-back time.
-
-    Two stages of nearly equal back-to-back times can have two fixed points: the loaded one as the
-    bottleneck that never waits, or waiting and woken faster than the other.  A run starts with
-    every stage but the first waiting for its first input, so it reaches the second where it exists
-    (measured: the contention experiment's loaded stage predicted 9.69 ms back to back beside a
-    9.59 ms stage ran in 6.6 ms), and the iteration starts there: each stage as woken after a long wait.
-    """
-    compute = [wake.woken_time(s.idle, s.loaded, wake.sleeps[-1], s.load) for s in stages]
-    for _ in range(iterations):
-        times = [_stage_time(c, s, serial) for c, s in zip(compute, stages, strict=True)]
-        cycle = max(times, default=0.0)
-        new = [wake.woken_time(s.idle, s.loaded, max(cycle - t, 0.0), s.load)
-               for s, t in zip(stages, times, strict=True)]
-        moved = max((abs(n - c) for n, c in zip(new, compute, strict=True)), default=0.0)
-        compute = [(n + c) / 2 for n, c in zip(new, compute, strict=True)]
-        if moved <= 1e-6 * max(cycle, 1e-9):
-            break
-    return compute
 
 
 def log_rms(pairs: Sequence[tuple[float, float]]) -> float:

@@ -74,16 +74,17 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup,
     times = [model.stage_time(ls, dev.with_load(loads[dev.id])) for ls, dev in zip(layers, devices, strict=True)]
     if as_run and all(dev.gpu is None for dev in devices):
         idle = [model.stage_time(ls, dev.with_load(Contention())) for ls, dev in zip(layers, devices, strict=True)]
-        times, wake_note = _as_run(plan, idle, times, [loads[dev.id] for dev in devices])
+        times, wake_note = _as_run(plan, setup, idle, times, [loads[dev.id] for dev in devices])
         notes.extend(wake_note)
     return times, spec, notes
 
 
-def _as_run(plan: Plan, idle: list[float], loaded: list[float],
+def _as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[float],
             loads: list[Contention]) -> tuple[list[float], list[str]]:
     """The stages' computes with their waits priced by this CPU's wake model
     (:mod:`pipeplan.costmodel.wake`), or unchanged, with a note, where this CPU has none."""
-    from pipeplan.costmodel.wake import StageLoad, WakeError, find_wake_model, stage_times_as_run, wake_off
+    from pipeplan.costmodel.wake import WakeError, find_wake_model, wake_off
+    from pipeplan.executor.as_run import StageLoad, stage_times_as_run
 
     try:
         wake = find_wake_model()
@@ -94,9 +95,10 @@ def _as_run(plan: Plan, idle: list[float], loaded: list[float],
     if wake is None:
         return loaded, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a "
                         "minute); stages other than the bottleneck are predicted at their back-to-back times"]
-    stages = [StageLoad(i, t, s.recv, s.send, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads,
-                                                                              strict=True)]
-    as_run = stage_times_as_run(wake, stages, serial=plan.options.comm == "serial")
+    stages = [StageLoad(i, t, s.recv, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads, strict=True)]
+    options = setup.options
+    as_run = stage_times_as_run(wake, stages, setup.microbatches, options.schedule, options.in_flight,
+                                batches=max(options.batches, 1), warmup=options.warmup)
     return as_run, [f"stage computes include their waits for input, priced by the wake model of {wake.cpu} "
                     f"({wake.source})"]
 
@@ -142,7 +144,7 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
     predicted = [base.stage_time(ls, d) for ls, d in zip(layers, devices, strict=True)]
     if all(d.gpu is None for d in devices):  # a stage's factor is what is left once its waits are priced
         idle = [base.stage_time(ls, d.with_load(Contention())) for ls, d in zip(layers, devices, strict=True)]
-        predicted, _ = _as_run(plan, idle, predicted, [d.load for d in devices])
+        predicted, _ = _as_run(plan, setup, idle, predicted, [d.load for d in devices])
     store = CalibrationStore()
     before = CalibratedCostModel(base, store)
     factors_before = [before.factor(d) for d in devices]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.costmodel.wake import SHIPPED, StageLoad, WakeError, WakeModel, find_wake_model, stage_times_as_run
+from pipeplan.costmodel.wake import SHIPPED, WakeError, WakeModel, find_wake_model
 from pipeplan.costmodel.wake_probe import fit_wake, measure_grid
 from tests.cli_run import run
 
@@ -44,24 +44,6 @@ def test_a_load_never_probed_takes_the_nearest_probed_loads_credit() -> None:
     assert model.level_for(Contention.parse("3xcompute")) == "2×compute"  # same kind, nearest count
     assert model.level_for(Contention.parse("2xmemory")) == "1×memory"
     assert model.level_for(Contention.parse("1xmixed")) == "1×memory"  # no mixed: nearest count of any kind
-
-
-def test_a_woken_stage_beside_a_slightly_slower_one_runs_at_its_woken_time() -> None:
-    """The contention experiment's case: back to back the loaded stage would be the bottleneck
-    (9.69 ms beside 9.59), but woken after each wait it runs well below it."""
-    model = _model()
-    times = stage_times_as_run(model, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)])
-    assert times[0] == pytest.approx(9.59 * MS)  # the bottleneck never waits
-    slowdown = 9.69 / 2.7
-    sleep = 9.59 * MS - times[1]
-    woken = 2.7 * MS * (1 + model.penalty(sleep)[1]) + model.penalty(sleep)[0]
-    assert times[1] == pytest.approx(1.5 * MS + (woken - 1.5 * MS) * slowdown, rel=1e-4)
-    assert 4 * MS < times[1] < 7 * MS
-    # a loaded stage that is the bottleneck by far keeps its back-to-back time; the idle one pays its penalty
-    times = stage_times_as_run(model, [StageLoad(6.5 * MS, 22.41 * MS, load=TWO), StageLoad(6.17 * MS, 6.17 * MS)])
-    assert times[0] == pytest.approx(22.41 * MS)
-    rate = model.penalty(22.41 * MS - times[1])[1]  # slept nearly 16 ms: b nearly 0.05 (a = 0)
-    assert times[1] == pytest.approx(6.17 * MS * (1 + rate), rel=1e-4) and 0.049 < rate < 0.05
 
 
 def test_bad_wake_models_are_refused_with_what_is_wrong(tmp_path: Path) -> None:

@@ -1,0 +1,94 @@
+"""Each stage's compute as the executor's schedule will run it: when it waits, and how it runs after.
+
+A cost model gives a stage's compute *back to back*.  In a pipeline a stage also waits — for its
+input, for its sends to be taken, at the end of a batch — and on a CPU a stage that waited runs
+differently (:class:`~pipeplan.costmodel.wake.WakeModel`: colder on an idle core, faster beside
+co-runners that never sleep).  So the prediction of a run replays the executor's schedule
+(:mod:`pipeplan.executor.schedule`) on the predicted times, microbatch by microbatch, the way its
+processes step through it:
+
+- ``gpipe``: a stage posts the receive of microbatch i when it is ready for it, runs it when the data
+  is there, posts its sends and goes on; at the end of a batch it waits until the next stage has
+  taken every send.  The first stage therefore runs a batch's microbatches back to back and then
+  waits for the slowest stage to take the last one: a loaded first stage gets one wake per batch.
+- ``1f1b``: the receive of i + 1 is posted before i runs, and a stage keeps at most ``in_flight``
+  sends untaken (default: the stages after it), waiting for the oldest before going on.
+
+A send is taken when the receiver has posted its receive and the data has crossed
+(``max(send posted, receive posted) + transfer``, the plan's ``recv`` of the receiving stage).  Each
+microbatch's compute is the wake model's :meth:`~pipeplan.costmodel.wake.WakeModel.woken_time`
+after the time the stage spent since its previous compute ended; a stage's figure is the mean over
+the measured batches, as the run report's is.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.wake import WakeModel
+
+__all__ = ["StageLoad", "stage_times_as_run"]
+
+_FIRST_WAIT = 1.0  # seconds "asleep" before a stage's first microbatch ever: as cold as it gets
+
+
+@dataclass(frozen=True)
+class StageLoad:
+    """One stage as the pipeline runs it: back-to-back compute idle and under its device's load
+    (seconds per microbatch), the transfer of its input, and that load (None: idle)."""
+
+    idle: float
+    loaded: float
+    recv: float = 0.0
+    load: Contention | None = None
+
+
+def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: int, schedule: str = "gpipe",
+                       in_flight: int | None = None, batches: int = 8, warmup: int = 2) -> list[float]:
+    """Each stage's mean compute per microbatch over ``batches`` measured batches after ``warmup``,
+    replaying ``schedule`` as the module docstring says."""
+    if schedule not in ("gpipe", "1f1b"):
+        raise ValueError(f"unknown schedule {schedule!r}: choose gpipe or 1f1b")
+    k_stages, m = len(stages), microbatches
+    ahead = schedule == "1f1b"
+    clock = [0.0] * k_stages  # when each stage is free to go on
+    last_end = [-_FIRST_WAIT] * k_stages
+    send_posted: list[dict[int, float]] = [{} for _ in stages]  # stage → global microbatch → when
+    recv_posted: list[dict[int, float]] = [{} for _ in stages]
+    pending: list[deque[int]] = [deque() for _ in stages]
+    computes: list[list[float]] = [[] for _ in stages]
+    limit = [max(1, k_stages - k - 1) if in_flight is None else in_flight for k in range(k_stages)]
+
+    def taken(k: int, mb: int) -> float:
+        """When stage k + 1 has the data of stage k's send of microbatch ``mb`` (a receive not posted
+        yet will be when stage k + 1 is next free: it has not reached that microbatch)."""
+        return max(send_posted[k][mb], recv_posted[k + 1].get(mb, clock[k + 1])) + stages[k + 1].recv
+
+    for b in range(warmup + batches):
+        for i in range(m):
+            mb = b * m + i
+            for k, stage in enumerate(stages):
+                if k and (i == 0 or not ahead):  # gpipe posts each receive when ready; 1f1b the batch's first
+                    recv_posted[k][mb] = clock[k]
+                arrival = clock[k] if k == 0 else taken(k - 1, mb)
+                start = max(clock[k], arrival)
+                if ahead and k and i + 1 < m:
+                    recv_posted[k][mb + 1] = start  # posted before microbatch i runs
+                compute = wake.woken_time(stage.idle, stage.loaded, start - last_end[k], stage.load)
+                clock[k] = last_end[k] = start + compute
+                if b >= warmup:
+                    computes[k].append(compute)
+                if k + 1 == k_stages:
+                    continue  # the last stage keeps its outputs
+                send_posted[k][mb] = clock[k]
+                pending[k].append(mb)
+                while ahead and len(pending[k]) > limit[k]:
+                    clock[k] = max(clock[k], taken(k, pending[k].popleft()))
+                if i + 1 == m:  # both schedules wait for a batch's sends at its end
+                    while pending[k]:
+                        clock[k] = max(clock[k], taken(k, pending[k].popleft()))
+    return [statistics.fmean(c) for c in computes]

@@ -1,0 +1,50 @@
+"""A run's prediction replays the executor's schedule: which microbatches wait, and how they run after."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.wake import WakeModel
+from pipeplan.executor.as_run import StageLoad, stage_times_as_run
+
+MS = 1e-3
+TWO = Contention.parse("2xcompute")
+# no idle penalty, and beside two compute co-runners the first 1.5 ms after any wait of 1 ms or more at full speed
+WAKE = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS], penalty_fixed=[0.0, 0.0],
+                 penalty_rate=[0.0, 0.0], credit={"2×compute": [1.5 * MS, 1.5 * MS]})
+
+
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_a_loaded_stage_after_a_slower_one_is_woken_for_every_microbatch(schedule: str) -> None:
+    """The contention experiment's case: back to back the loaded stage would be the bottleneck (9.69 ms
+    beside 9.59), but it waits for each input and then runs its first 1.5 ms at full speed."""
+    times = stage_times_as_run(WAKE, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)],
+                               microbatches=4, schedule=schedule)
+    assert times[0] == pytest.approx(9.59 * MS)  # the first stage never waits for its input
+    assert times[1] == pytest.approx(1.5 * MS + 1.2 * MS * 9.69 / 2.7)
+
+
+def test_a_loaded_first_stage_wakes_once_a_batch_in_gpipe_and_every_other_microbatch_in_1f1b() -> None:
+    stages = [StageLoad(2 * MS, 6 * MS, load=TWO), StageLoad(10 * MS, 10 * MS)]
+    woken, back_to_back = 1.5 * MS + 0.5 * MS * 3, 6 * MS
+    # gpipe: microbatches 1–3 follow each other; the batch's end waits for the slower stage to take the last
+    gpipe = stage_times_as_run(WAKE, stages, microbatches=4, schedule="gpipe")
+    assert gpipe == pytest.approx([(woken + 3 * back_to_back) / 4, 10 * MS])
+    # 1f1b keeps one send untaken: after every second microbatch it waits for the slower stage
+    assert stage_times_as_run(WAKE, stages, microbatches=4, schedule="1f1b") == pytest.approx(
+        [(woken + back_to_back) / 2, 10 * MS])
+    # with room for four untaken sends, 1f1b runs a batch back to back, as gpipe does
+    assert stage_times_as_run(WAKE, stages, microbatches=4, schedule="1f1b", in_flight=4) == pytest.approx(gpipe)
+
+
+def test_a_bottleneck_under_load_keeps_its_back_to_back_time_until_it_waits_for_a_transfer() -> None:
+    stages = [StageLoad(6.5 * MS, 22.41 * MS, load=TWO), StageLoad(6.17 * MS, 6.17 * MS)]
+    assert stage_times_as_run(WAKE, stages, microbatches=4) == pytest.approx([22.41 * MS, 6.17 * MS])
+    # a 2 ms transfer: at the end of each batch the first stage waits for it, and wakes with its credit
+    stages[1] = StageLoad(6.17 * MS, 6.17 * MS, recv=2 * MS)
+    woken = 1.5 * MS + (6.5 - 1.5) * MS * 22.41 / 6.5
+    assert stage_times_as_run(WAKE, stages, microbatches=4) == pytest.approx([(woken + 3 * 22.41 * MS) / 4,
+                                                                              6.17 * MS])
+    with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
+        stage_times_as_run(WAKE, stages, microbatches=4, schedule="interleaved")
