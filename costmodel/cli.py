@@ -229,6 +229,7 @@ def cmd_probe(args: argparse.Namespace) -> None:
 
 
 def cmd_wake(args: argparse.Namespace) -> None:
+    import os
     import time
 
     from rich.console import Console
@@ -241,8 +242,11 @@ def cmd_wake(args: argparse.Namespace) -> None:
     levels = [Contention.parse(text) for text in args.levels.split(",") if text.strip()]
     console = Console()
     started = time.monotonic()
+    usable = sorted(os.sched_getaffinity(0))
+    pipeline = None if args.no_pipeline or len(usable) < 2 else [args.core, next(c for c in usable if c != args.core)]
     with console.status("measuring") as status:
-        model = run_wake_probe(levels, args.core, args.repeats, progress=lambda m: status.update(f"measuring: {m}"))
+        model = run_wake_probe(levels, args.core, args.repeats, progress=lambda m: status.update(f"measuring: {m}"),
+                               pipeline_cores=pipeline)
     path = model.save(Path(args.out) if args.out else default_path())
     table = Table(title=f"{model.cpu}: after sleeping S, work w takes w + a + b·w on an idle core; under a "
                   "shared core it runs its first x at full speed")
@@ -253,8 +257,12 @@ def cmd_wake(args: argparse.Namespace) -> None:
                       *(f"{credits[i] * 1e3:.2f}" for credits in model.credit.values()))
     console.print(table)
     fit = ", ".join(f"{name} {err:.0%}" for name, err in model.fit_error.items())
-    console.print(f"fit error (log RMS) {fit}; measured on core {args.core} in {time.monotonic() - started:.0f} s; "
-                  f"written to {path}. `pipeplan run` now prices each stage's waits with it.")
+    extra = (f"a pipeline stage's microbatch takes {model.stage_fixed * 1e3:.3f} ms + {model.stage_rate:.1%} beyond "
+             f"its module's back-to-back time (cores {pipeline[0]} and {pipeline[1]}); " if pipeline
+             else "the pipeline part was skipped (it needs two cores); ")
+    console.print(f"{extra}fit error (log RMS) {fit}; measured on core {args.core} in "
+                  f"{time.monotonic() - started:.0f} s; written to {path}. `pipeplan run` now prices each stage's "
+                  "waits with it.")
 
 
 def _first_core() -> int:
@@ -345,6 +353,8 @@ def register(sub: Any) -> None:
     wk.add_argument("--levels", default="2xcompute,1xcompute", metavar="L,L",
                     help="loads that share the core, made by co-runners (default 2xcompute,1xcompute)")
     wk.add_argument("--repeats", type=int, default=30, metavar="N", help="timed calls per cell (30)")
+    wk.add_argument("--no-pipeline", action="store_true", help="skip the two-stage pipeline of the reference "
+                    "workload that measures what a stage pays per microbatch (it uses this core and the next)")
     wk.add_argument("--out", metavar="WAKE.json", help="where to write it (default: this CPU's wake model in the "
                     "user data directory, or $PIPEPLAN_WAKE_DIR)")
     wk.set_defaults(func=cmd_wake)

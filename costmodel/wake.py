@@ -26,6 +26,12 @@ under its load then takes, woken after ``S``::
     t  = w'·s                                    if the load shares no core time (idle, s ≈ 1)
     t  = min(w', x(S)) + max(0, w' − x(S))·s     otherwise (x of the probed load nearest the stage's)
 
+and, in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
+two-stage pipeline of the reference workload measured beyond its modules' back-to-back times (the
+stage coming back to its module after its schedule's own work, and running beside the other stage).
+
+:meth:`WakeModel.in_pipeline` is the whole of it for one microbatch.
+
 :mod:`pipeplan.executor.as_run` replays the executor's schedule on a plan's stages to find each
 one's waits, and prices every microbatch with this model: what ``pipeplan run`` predicts and
 reports beside the back-to-back figure.
@@ -73,6 +79,9 @@ class WakeModel:
     penalty_fixed: list[float]
     penalty_rate: list[float]
     credit: dict[str, list[float]] = field(default_factory=dict)
+    # a pipeline stage's microbatch beyond its module's back-to-back time: fixed seconds + rate × that time
+    stage_fixed: float = 0.0
+    stage_rate: float = 0.0
     grid: dict[str, list[list[float]]] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)  # level → RMS of log residuals
     source: str = ""
@@ -131,6 +140,11 @@ class WakeModel:
         credit = self._at(self.credit[level], sleep)
         return min(woken, credit) + max(0.0, woken - credit) * slowdown
 
+    def in_pipeline(self, idle: float, loaded: float, sleep: float, load: Contention | None = None) -> float:
+        """:meth:`woken_time` plus what a pipeline stage pays per microbatch beyond its module's time."""
+        woken = self.woken_time(idle, loaded, sleep, load)
+        return woken + self.stage_fixed + self.stage_rate * woken
+
     # --- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, **asdict(self)}
@@ -139,7 +153,9 @@ class WakeModel:
     def from_dict(cls, doc: dict[str, Any]) -> WakeModel:
         if doc.get("format") != FORMAT:
             raise WakeError(f"not a wake model (format {doc.get('format')!r}, expected {FORMAT!r})")
-        names = ("cpu", "measured_at", "sleeps", "penalty_fixed", "penalty_rate", "credit", "grid", "fit_error")
+        names = ("cpu", "measured_at", "sleeps", "penalty_fixed", "penalty_rate", "credit", "stage_fixed", "stage_rate",
+                 "grid",
+                 "fit_error")
         try:
             return cls(**{k: doc[k] for k in names if k in doc})
         except TypeError as exc:

@@ -22,10 +22,14 @@ import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
+import torch
+from torch import nn
+
 from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
 
-__all__ = ["CHAIN_LENGTHS", "SLEEPS", "fit_wake", "measure_grid", "run_wake_probe"]
+__all__ = ["CHAIN_LENGTHS", "SLEEPS", "ReferenceBlocks", "fit_wake", "measure_grid", "measure_stage_extra",
+           "run_wake_probe"]
 
 CHAIN_LENGTHS = (1, 3, 6, 12, 20)  # MLP blocks per timed call: about 0.5 to 10 ms on the project's VMs
 SLEEPS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016)  # seconds waited before a call (0: back to back)
@@ -39,8 +43,6 @@ def measure_grid(level: Contention | None, core: int = 0, repeats: int = 30,
                  progress: Callable[[str], None] | None = None) -> dict[int, dict[float, float]]:
     """Mean seconds per call of each chain length after each sleep (0.0 = back to back), on ``core``
     under ``level`` (None: idle), in this process pinned to the core with one thread."""
-    import torch
-
     from pipeplan.costmodel.corunners import CoRunners
 
     previous = os.sched_getaffinity(0)
@@ -155,9 +157,96 @@ def fit_wake(grid: dict[str, dict[int, dict[float, float]]], cpu: str | None = N
     return model
 
 
+class ReferenceBlocks(nn.Module):
+    """The probe's reference workload as a model: ``n`` MLP blocks (256 → 1024 → 256, GELU)."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.blocks = nn.Sequential(*(nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
+                                      for _ in range(n)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.blocks(x)
+
+
+def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 8), batches: int = 8,
+                        progress: Callable[[str], None] | None = None) -> tuple[float, float]:
+    """What a pipeline stage's microbatch takes beyond its module's back-to-back time, on two idle
+    cores, as ``(fixed seconds, rate)``: extra = fixed + rate × back-to-back time.
+
+    The reference workload of each size in ``blocks`` is cut in two and run for real by the executor
+    (gloo, one process per core, gpipe, 4 microbatches); each stage's measured compute is set against
+    the same stage module timed back to back in this process on the same core, and the two terms are
+    fitted to the pairs (least squares, each ≥ 0).  The fixed part is the stage coming back to its
+    module after its schedule's own work (sub-millisecond stages feel it); the rate, running beside
+    the other stage, which shares the machine's caches and memory (issue 16)."""
+    import tempfile
+    from pathlib import Path
+
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.costmodel.cluster import load_cluster
+    from pipeplan.costmodel.cluster_detect import write_core_cluster
+    from pipeplan.executor import RunOptions, run_plan
+    from pipeplan.executor.stages import split_program
+    from pipeplan.planner.plan import Certificate
+    from pipeplan.planner.problem import PlanOptions, Problem
+    from pipeplan.planner.simulate import make_plan
+
+    if len(cores) < 2 or cores[0] == cores[1]:
+        raise WakeError(f"the pipeline part of the wake probe needs two distinct cores, got {list(cores)}")
+    alone_times: list[float] = []
+    extra: list[float] = []
+    with tempfile.TemporaryDirectory() as folder:
+        spec = write_core_cluster(Path(folder) / "wake.yaml", 2, name="wake-probe", cores=list(cores[:2]))
+        for n in blocks:
+            gen = torch.Generator().manual_seed(0)
+            torch.manual_seed(0)
+            model, x = ReferenceBlocks(n).eval(), torch.randn(32, 256, generator=gen)
+            captured = capture_program(model, (x,))
+            names = [layer.name for layer in captured.graph.layers]
+            cut = 3 * max(n // 2, 1)  # a block is three layers: cut between blocks
+            assignment = {name: "cpu0" if i < cut else "cpu1" for i, name in enumerate(names)}
+            problem = Problem(captured.graph, load_cluster(str(spec)), options=PlanOptions(microbatches=4))
+            plan = make_plan(problem, assignment, Certificate("wake-probe", "HEURISTIC", 0.0), order=["cpu0", "cpu1"])
+            report = run_plan(plan, model, (x,), RunOptions(batches=batches, cluster=str(spec), calibrate=False))
+            assert report is not None  # run here, not under torchrun
+            inputs: tuple[torch.Tensor, ...] = (x,)
+            for stage, program, core in zip(report.stages, split_program(captured, [names[:cut], names[cut:]]),
+                                            cores, strict=False):
+                alone, inputs = _back_to_back(program.module, inputs, core)
+                alone_times.append(alone)
+                extra.append(stage.measured["compute"] - alone)
+            if progress:
+                shown = ", ".join(f"{e * 1e3:+.3f}" for e in extra[-2:])
+                progress(f"pipeline of {n} blocks: {shown} ms per microbatch")
+    return _least_squares(alone_times, extra)
+
+
+def _back_to_back(module: nn.Module, inputs: tuple[torch.Tensor, ...], core: int,
+                  seconds: float = 0.3) -> tuple[float, tuple[torch.Tensor, ...]]:
+    """Mean seconds per call of ``module`` on ``inputs`` back to back on ``core`` (one thread), and its outputs."""
+    previous, threads = os.sched_getaffinity(0), torch.get_num_threads()
+    os.sched_setaffinity(0, {core})
+    torch.set_num_threads(1)
+    try:
+        with torch.inference_mode():
+            out = module(*inputs)
+            calls, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds or calls < 10:
+                module(*inputs)
+                calls += 1
+            took = (time.perf_counter() - start) / calls
+    finally:
+        os.sched_setaffinity(0, previous)
+        torch.set_num_threads(threads)
+    return took, tuple(out) if isinstance(out, (tuple, list)) else (out,)
+
+
 def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 30,
-                   progress: Callable[[str], None] | None = None) -> WakeModel:
-    """Measure the idle grid and one per load in ``levels`` on ``core``, and fit them."""
+                   progress: Callable[[str], None] | None = None,
+                   pipeline_cores: Sequence[int] | None = None) -> WakeModel:
+    """Measure the idle grid and one per load in ``levels`` on ``core``, fit them, and with two
+    ``pipeline_cores`` measure what a pipeline stage pays per microbatch (:func:`measure_stage_extra`)."""
     if repeats < 1:
         raise WakeError(f"repeats must be at least 1, got {repeats}")
     shared = [lv for lv in levels if lv.corunners]
@@ -168,4 +257,7 @@ def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 3
     grid = {"idle": measure_grid(None, core, repeats, progress=progress)}
     for level in shared:
         grid[level.describe()] = measure_grid(level, core, repeats, progress=progress)
-    return fit_wake(grid)
+    model = fit_wake(grid)
+    if pipeline_cores is not None:
+        model.stage_fixed, model.stage_rate = measure_stage_extra(pipeline_cores, progress=progress)
+    return model

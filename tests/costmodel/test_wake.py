@@ -10,7 +10,7 @@ import pytest
 
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.wake import SHIPPED, WakeError, WakeModel, find_wake_model
-from pipeplan.costmodel.wake_probe import fit_wake, measure_grid
+from pipeplan.costmodel.wake_probe import fit_wake, measure_grid, measure_stage_extra
 from tests.cli_run import run
 
 MS = 1e-3
@@ -91,7 +91,7 @@ def test_a_real_grid_measured_here_fits_and_round_trips(tmp_path: Path) -> None:
 
 def test_the_cli_measures_and_writes_a_wake_model(tmp_path: Path) -> None:
     out = tmp_path / "wake.json"
-    result = run("costmodel", "wake", "--levels", "1xcompute", "--repeats", "1", "--out", str(out))
+    result = run("costmodel", "wake", "--levels", "1xcompute", "--repeats", "1", "--no-pipeline", "--out", str(out))
     assert result.returncode == 0, result.stderr
     assert "x ms, 1×compute" in result.stdout and str(out) in result.stdout.replace("\n", "")
     model = WakeModel.load(out)
@@ -99,3 +99,15 @@ def test_the_cli_measures_and_writes_a_wake_model(tmp_path: Path) -> None:
     bad = run("costmodel", "wake", "--levels", "idle", "--out", str(tmp_path / "no.json"))
     assert bad.returncode == 2 and "creates its loads with co-runners" in bad.stderr
     assert not (tmp_path / "no.json").exists()
+
+
+def test_the_pipeline_part_runs_the_reference_workload_for_real_in_two_stages() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        with pytest.raises(WakeError, match="two distinct cores"):
+            measure_stage_extra(cores * 2)
+        return
+    fixed, rate = measure_stage_extra(cores[:2], blocks=(2,), batches=2)
+    assert 0 <= fixed < 5 * MS and 0 <= rate < 5  # a two-block stage takes about 0.5 ms back to back here
+    with pytest.raises(WakeError, match="two distinct cores"):
+        measure_stage_extra([cores[0], cores[0]])

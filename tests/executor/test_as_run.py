@@ -48,3 +48,11 @@ def test_a_bottleneck_under_load_keeps_its_back_to_back_time_until_it_waits_for_
                                                                               6.17 * MS])
     with pytest.raises(ValueError, match="unknown schedule 'interleaved'"):
         stage_times_as_run(WAKE, stages, microbatches=4, schedule="interleaved")
+
+
+def test_every_microbatch_pays_what_a_pipeline_stage_costs_beyond_its_module() -> None:
+    wake = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=WAKE.sleeps, penalty_fixed=[0.0, 0.0],
+                     penalty_rate=[0.0, 0.0], credit=WAKE.credit, stage_fixed=0.1 * MS, stage_rate=0.1)
+    times = stage_times_as_run(wake, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)],
+                               microbatches=4)
+    assert times == pytest.approx([9.59 * MS * 1.1 + 0.1 * MS, (1.5 * MS + 1.2 * MS * 9.69 / 2.7) * 1.1 + 0.1 * MS])
