@@ -169,7 +169,7 @@ class ReferenceBlocks(nn.Module):
         return self.blocks(x)
 
 
-def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 8), batches: int = 8,
+def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 4, 8), batches: int = 16,
                         progress: Callable[[str], None] | None = None) -> tuple[float, float]:
     """What a pipeline stage's microbatch takes beyond its module's back-to-back time, on two idle
     cores, as ``(fixed seconds, rate)``: extra = fixed + rate × back-to-back time.

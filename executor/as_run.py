@@ -17,9 +17,11 @@ processes step through it:
 A send is taken when the receiver has posted its receive and the data has crossed
 (``max(send posted, receive posted) + transfer``, the plan's ``recv`` of the receiving stage).  Each
 microbatch's compute is the wake model's :meth:`~pipeplan.costmodel.wake.WakeModel.woken_time`
-after the time the stage spent since its previous compute ended, plus what a pipeline stage pays
-beyond its module's time (:meth:`~pipeplan.costmodel.wake.WakeModel.in_pipeline`); a stage's figure
-is the mean over the measured batches, as the run report's is.
+after the time the stage spent since its previous compute ended, plus, where there are two stages
+or more, what a pipeline stage pays beyond its module's time
+(:meth:`~pipeplan.costmodel.wake.WakeModel.in_pipeline`: measured in a two-stage pipeline, so a
+lone stage, which the profile's back-to-back times describe, does not pay it); a stage's figure is
+the mean over the measured batches, as the run report's is.
 """
 
 from __future__ import annotations
@@ -79,7 +81,8 @@ def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatche
                 start = max(clock[k], arrival)
                 if ahead and k and i + 1 < m:
                     recv_posted[k][mb + 1] = start  # posted before microbatch i runs
-                compute = wake.in_pipeline(stage.idle, stage.loaded, start - last_end[k], stage.load)
+                compute = (wake.in_pipeline if k_stages > 1 else wake.woken_time)(
+                    stage.idle, stage.loaded, start - last_end[k], stage.load)
                 clock[k] = last_end[k] = start + compute
                 if b >= warmup:
                     computes[k].append(compute)

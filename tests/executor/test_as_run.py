@@ -56,3 +56,5 @@ def test_every_microbatch_pays_what_a_pipeline_stage_costs_beyond_its_module() -
     times = stage_times_as_run(wake, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)],
                                microbatches=4)
     assert times == pytest.approx([9.59 * MS * 1.1 + 0.1 * MS, (1.5 * MS + 1.2 * MS * 9.69 / 2.7) * 1.1 + 0.1 * MS])
+    # a lone stage is what the profile timed: it pays nothing beyond its back-to-back time
+    assert stage_times_as_run(wake, [StageLoad(9.59 * MS, 9.59 * MS)], microbatches=4) == pytest.approx([9.59 * MS])
