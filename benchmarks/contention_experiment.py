@@ -82,12 +82,13 @@ def main() -> None:
 
     table = Table(title="contention-aware vs contention-blind plan, run for real", title_justify="left")
     for col in ("plan", "layers per stage (device)", "predicted bottleneck under load",
-                "predicted samples/s", "measured samples/s (median)"):
+                "predicted samples/s", "as run", "measured samples/s (median)"):
         table.add_column(col, justify="left" if col.startswith(("plan", "layers")) else "right")
     for name, plan in plans.items():
         split = ", ".join(f"{len(s.layers)} ({s.device})" for s in plan.stages)
-        table.add_row(name, split, f"{predicted[name] * 1e3:.2f} ms",
-                      f"{plan.batch_size / predicted[name]:.0f}", f"{statistics.median(throughput[name]):.0f}")
+        as_run = last[name].predicted_throughput_as_run
+        table.add_row(name, split, f"{predicted[name] * 1e3:.2f} ms", f"{plan.batch_size / predicted[name]:.0f}",
+                      f"{as_run:.0f}" if as_run else "-", f"{statistics.median(throughput[name]):.0f}")
     console.print(table)
     ratio = statistics.median(throughput["aware"]) / statistics.median(throughput["blind"])
     console.print(f"aware / blind measured throughput: {ratio:.2f}× (target ≥ 1.3×)")

@@ -30,11 +30,16 @@ import statistics
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.wake import WakeModel
 
-__all__ = ["StageLoad", "stage_times_as_run"]
+if TYPE_CHECKING:
+    from pipeplan.executor.options import RunSetup
+    from pipeplan.planner.plan import Plan
+
+__all__ = ["AsRun", "StageLoad", "predict_as_run", "simulate_as_run", "stage_times_as_run"]
 
 _FIRST_WAIT = 1.0  # seconds "asleep" before a stage's first microbatch ever: as cold as it gets
 
@@ -50,10 +55,25 @@ class StageLoad:
     load: Contention | None = None
 
 
+@dataclass(frozen=True)
+class AsRun:
+    """What the replay predicts: each stage's mean compute per microbatch, and the seconds a measured
+    batch takes (the run report's wall time over its batches: first stage's start to last stage's end)."""
+
+    computes: list[float]
+    batch_seconds: float
+
+
 def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: int, schedule: str = "gpipe",
                        in_flight: int | None = None, batches: int = 8, warmup: int = 2) -> list[float]:
     """Each stage's mean compute per microbatch over ``batches`` measured batches after ``warmup``,
     replaying ``schedule`` as the module docstring says."""
+    return simulate_as_run(wake, stages, microbatches, schedule, in_flight, batches, warmup).computes
+
+
+def simulate_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: int, schedule: str = "gpipe",
+                    in_flight: int | None = None, batches: int = 8, warmup: int = 2) -> AsRun:
+    """The replay itself (see :func:`stage_times_as_run`)."""
     if schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"unknown schedule {schedule!r}: choose gpipe or 1f1b")
     k_stages, m = len(stages), microbatches
@@ -65,6 +85,7 @@ def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatche
     pending: list[deque[int]] = [deque() for _ in stages]
     computes: list[list[float]] = [[] for _ in stages]
     limit = [max(1, k_stages - k - 1) if in_flight is None else in_flight for k in range(k_stages)]
+    window_start = 0.0
 
     def taken(k: int, mb: int) -> float:
         """When stage k + 1 has the data of stage k's send of microbatch ``mb`` (a receive not posted
@@ -79,6 +100,8 @@ def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatche
                     recv_posted[k][mb] = clock[k]
                 arrival = clock[k] if k == 0 else taken(k - 1, mb)
                 start = max(clock[k], arrival)
+                if (b, i, k) == (warmup, 0, 0):
+                    window_start = start
                 if ahead and k and i + 1 < m:
                     recv_posted[k][mb + 1] = start  # posted before microbatch i runs
                 compute = (wake.in_pipeline if k_stages > 1 else wake.woken_time)(
@@ -95,4 +118,26 @@ def stage_times_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatche
                 if i + 1 == m:  # both schedules wait for a batch's sends at its end
                     while pending[k]:
                         clock[k] = max(clock[k], taken(k, pending[k].popleft()))
-    return [statistics.fmean(c) for c in computes]
+    return AsRun([statistics.fmean(c) for c in computes], (last_end[-1] - window_start) / batches)
+
+
+def predict_as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[float],
+                   loads: list[Contention]) -> tuple[AsRun | None, list[str]]:
+    """A run's CPU stages replayed with this CPU's wake model, or None, with a note, where it has
+    none (``$PIPEPLAN_WAKE=none``: no note)."""
+    from pipeplan.costmodel.wake import WakeError, find_wake_model, wake_off
+
+    try:
+        wake = find_wake_model()
+    except WakeError as exc:
+        return None, [f"stage waits not priced: {exc}"]
+    if wake is None:
+        return None, [] if wake_off() else [
+            "stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a minute and a "
+            "half); stages are predicted at their back-to-back times"]
+    stages = [StageLoad(i, t, s.recv, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads, strict=True)]
+    options = setup.options
+    replay = simulate_as_run(wake, stages, setup.microbatches, options.schedule, options.in_flight,
+                             batches=max(options.batches, 1), warmup=options.warmup)
+    return replay, [f"stage computes include their waits for input, priced by the wake model of {wake.cpu} "
+                    f"({wake.source})"]

@@ -92,14 +92,20 @@ class RunReport:
     notes: list[str] = field(default_factory=list)
     environment: dict[str, Any] = field(default_factory=dict)
     lenders: list[dict[str, Any]] = field(default_factory=list)  # lenders with processes of their own
+    # samples per second as run: the run's loads, waits and schedule replayed (None: no wake model)
+    predicted_throughput_as_run: float | None = None
 
     @property
     def throughput_error(self) -> float | None:
         return relative_error(self.throughput, self.predicted_throughput)
 
+    @property
+    def throughput_error_as_run(self) -> float | None:
+        return relative_error(self.throughput, self.predicted_throughput_as_run)
+
     def to_dict(self) -> dict[str, Any]:
         return {"format": REPORT_FORMAT, "version": REPORT_VERSION, **asdict(self),
-                "throughput_error": self.throughput_error}
+                "throughput_error": self.throughput_error, "throughput_error_as_run": self.throughput_error_as_run}
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=1)
@@ -128,13 +134,15 @@ def _microbatches(rows: list[list[float]], upstream: dict[tuple[int, int], float
 
 def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
                  at_load: list[float] | None = None, costmodel: str | None = None,
-                 notes: list[str] | None = None, back_to_back: list[float] | None = None) -> RunReport:
+                 notes: list[str] | None = None, back_to_back: list[float] | None = None,
+                 batch_seconds: float | None = None) -> RunReport:
     """Assemble the report from every stage's measurements (rank 0's gathered ``results``, with the
     reports of lenders that run no stage).
 
     ``at_load`` are the stages' compute times re-predicted under the run's load, if any, waits
     included; ``back_to_back`` the same without the waits (kept as ``predicted_at_load["back_to_back"]``
-    where they differ).
+    where they differ); ``batch_seconds`` a batch's wall time as run, from the same replay (its
+    throughput is ``predicted_throughput_as_run``).
     """
     lenders = [r for r in results if "lender" in r]
     results = sorted((r for r in results if "stage" in r), key=lambda r: r["stage"])
@@ -188,7 +196,8 @@ def build_report(plan: Plan, setup: RunSetup, results: list[dict[str, Any]],
         microbatch_latency=statistics.fmean(finish[key] - begin[key] for key in finish),
         check=check, costmodel=costmodel, notes=list(notes or []),
         environment={"hosts": sorted({r["host"] for r in results}), "device_type": setup.device_type},
-        lenders=lenders)
+        lenders=lenders,
+        predicted_throughput_as_run=m * plan.batch_size / batch_seconds if batch_seconds else None)
 
 
 def _ms(seconds: float | None) -> str:
@@ -223,8 +232,10 @@ def report_table(report: RunReport) -> Table:
             pal, eal = s.predicted_at_load or {}, s.error_at_load or {}
             row += [_ms(pal.get("compute")), _pct(eal.get("compute"))]
         table.add_row(*row)
+    as_run = (f"; as run {report.predicted_throughput_as_run:.1f}, {_pct(report.throughput_error_as_run)}"
+              if report.predicted_throughput_as_run else "")
     table.caption = (f"throughput {report.throughput:.1f} samples/s (predicted {report.predicted_throughput:.1f}, "
-                     f"{_pct(report.throughput_error)}); batch latency {_ms(report.latency)} ms (predicted "
+                     f"{_pct(report.throughput_error)}{as_run}); batch latency {_ms(report.latency)} ms (predicted "
                      f"{_ms(report.predicted_latency)})")
     table.caption_justify = "left"
     return table

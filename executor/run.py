@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import statistics
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -39,9 +40,22 @@ from pipeplan.executor.source import rebuild
 from pipeplan.executor.validate import check_plan
 from pipeplan.planner.plan import Plan
 
-__all__ = ["feed_back", "repredict", "run_plan"]
+__all__ = ["Reprediction", "feed_back", "repredict", "repredict_run", "run_plan"]
 
 log = logging.getLogger(__name__)
+
+
+@dataclass
+class Reprediction:
+    """A run's stages predicted again (see :func:`repredict`): ``times`` as run where this CPU has a
+    wake model, else back to back; ``back_to_back`` always; ``batch_seconds`` a measured batch's wall
+    time as run (None without a wake model)."""
+
+    times: list[float] | None
+    back_to_back: list[float] | None
+    batch_seconds: float | None
+    spec: str | None
+    notes: list[str]
 
 
 def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup,
@@ -57,50 +71,36 @@ def repredict(plan: Plan, graph: ModelGraph, setup: RunSetup,
     ``costmodel_digest``), unless the run names another; a missing or changed file is said in the
     notes and nothing is re-predicted, since another model's figures would pass for the plan's.
 
-    With ``as_run`` (and CPU stages), each stage's wait for its input is priced by this CPU's wake
-    model (:mod:`pipeplan.costmodel.wake`): a stage that is not the bottleneck sleeps part of every
-    cycle and then runs differently from its back-to-back time; without, the back-to-back times.
+    With ``as_run`` (and CPU stages), each stage's waits are replayed from the run's schedule and
+    priced by this CPU's wake model (:mod:`pipeplan.executor.as_run`); without, the back-to-back times.
     """
+    found = repredict_run(plan, graph, setup)
+    return (found.times if as_run else found.back_to_back), found.spec, found.notes
+
+
+def repredict_run(plan: Plan, graph: ModelGraph, setup: RunSetup) -> Reprediction:
+    """:func:`repredict`, both ways, with the batch time as run."""
+    from pipeplan.executor.as_run import predict_as_run
+
     cluster = Cluster.from_dict(setup.cluster)
     loads = _loads(setup)
     model, notes = _run_cost_model(plan, setup)
     if model is None:
-        return None, None, notes
+        return Reprediction(None, None, None, None, notes)
     spec = model.spec or model.name
     if not setup.options.costmodel and spec != plan.costmodel:
         notes.append(f"the plan's cost model {plan.costmodel!r} is {spec!r} on this machine (same file content)")
     layers = [[graph[name] for name in stage.layers] for stage in plan.stages]
     devices = [cluster.device(stage.device) for stage in plan.stages]
-    times = [model.stage_time(ls, dev.with_load(loads[dev.id])) for ls, dev in zip(layers, devices, strict=True)]
-    if as_run and all(dev.gpu is None for dev in devices):
-        idle = [model.stage_time(ls, dev.with_load(Contention())) for ls, dev in zip(layers, devices, strict=True)]
-        times, wake_note = _as_run(plan, setup, idle, times, [loads[dev.id] for dev in devices])
-        notes.extend(wake_note)
-    return times, spec, notes
-
-
-def _as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[float],
-            loads: list[Contention]) -> tuple[list[float], list[str]]:
-    """The stages' computes with their waits priced by this CPU's wake model
-    (:mod:`pipeplan.costmodel.wake`), or unchanged, with a note, where this CPU has none."""
-    from pipeplan.costmodel.wake import WakeError, find_wake_model, wake_off
-    from pipeplan.executor.as_run import StageLoad, stage_times_as_run
-
-    try:
-        wake = find_wake_model()
-    except WakeError as exc:
-        return loaded, [f"stage waits not priced: {exc}"]
-    if wake is None and wake_off():
-        return loaded, []
-    if wake is None:
-        return loaded, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a "
-                        "minute); stages other than the bottleneck are predicted at their back-to-back times"]
-    stages = [StageLoad(i, t, s.recv, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads, strict=True)]
-    options = setup.options
-    as_run = stage_times_as_run(wake, stages, setup.microbatches, options.schedule, options.in_flight,
-                                batches=max(options.batches, 1), warmup=options.warmup)
-    return as_run, [f"stage computes include their waits for input, priced by the wake model of {wake.cpu} "
-                    f"({wake.source})"]
+    loaded = [model.stage_time(ls, dev.with_load(loads[dev.id])) for ls, dev in zip(layers, devices, strict=True)]
+    if not all(dev.gpu is None for dev in devices):
+        return Reprediction(loaded, loaded, None, spec, notes)
+    idle = [model.stage_time(ls, dev.with_load(Contention())) for ls, dev in zip(layers, devices, strict=True)]
+    replay, wake_notes = predict_as_run(plan, setup, idle, loaded, [loads[dev.id] for dev in devices])
+    notes.extend(wake_notes)
+    if replay is None:
+        return Reprediction(loaded, loaded, None, spec, notes)
+    return Reprediction(replay.computes, loaded, replay.batch_seconds, spec, notes)
 
 
 def _loads(setup: RunSetup) -> dict[str, Contention]:
@@ -130,6 +130,7 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
     """Record each stage's predicted and ``measured`` compute (seconds per microbatch) in the calibration store
     (:mod:`pipeplan.costmodel.calibration`), and say how the device factors change the stages' errors."""
     from pipeplan.costmodel.calibration import CalibratedCostModel, CalibrationStore, record_run
+    from pipeplan.executor.as_run import predict_as_run
 
     if setup.notes:  # the stages did not run on the plan's devices: their times calibrate nothing
         return []
@@ -144,7 +145,8 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
     predicted = [base.stage_time(ls, d) for ls, d in zip(layers, devices, strict=True)]
     if all(d.gpu is None for d in devices):  # a stage's factor is what is left once its waits are priced
         idle = [base.stage_time(ls, d.with_load(Contention())) for ls, d in zip(layers, devices, strict=True)]
-        predicted, _ = _as_run(plan, setup, idle, predicted, [d.load for d in devices])
+        replay, _ = predict_as_run(plan, setup, idle, predicted, [d.load for d in devices])
+        predicted = replay.computes if replay is not None else predicted
     store = CalibrationStore()
     before = CalibratedCostModel(base, store)
     factors_before = [before.factor(d) for d in devices]
@@ -166,9 +168,9 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
 
 
 def _finish(plan: Plan, setup: RunSetup, graph: ModelGraph, results: list[dict[str, object]]) -> RunReport:
-    at_load, spec, notes = repredict(plan, graph, setup)
-    back_to_back = repredict(plan, graph, setup, as_run=False)[0] if at_load is not None else None
-    report = build_report(plan, setup, results, at_load, spec, [*setup.notes, *notes], back_to_back)
+    found = repredict_run(plan, graph, setup)
+    report = build_report(plan, setup, results, found.times, found.spec, [*setup.notes, *found.notes],
+                          found.back_to_back, found.batch_seconds)
     if setup.options.calibrate:
         report.notes += feed_back(plan, graph, setup, [s.measured["compute"] for s in report.stages])
     if report.check is not None and not report.check["ok"]:

@@ -9,7 +9,7 @@ import pytest
 from pipeplan.costmodel.wake import WakeModel
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions, run_plan
-from pipeplan.executor.as_run import StageLoad, stage_times_as_run
+from pipeplan.executor.as_run import StageLoad, simulate_as_run
 from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
 MS = 1e-3
@@ -26,8 +26,13 @@ def test_a_run_prices_the_waits_of_stages_that_are_not_the_bottleneck(tmp_path: 
     report = run_plan(plan, options=RunOptions(batches=2, cluster=str(spec), calibrate=False, schedule="1f1b"))
     assert report is not None and report.check is not None and report.check["ok"]
     # an idle run: back to back, the stages are the plan's own figures; as run, each pays for its waits
-    expected = stage_times_as_run(wake, [StageLoad(s.compute, s.compute, s.recv) for s in plan.stages],
-                                  microbatches=report.microbatches, schedule="1f1b", batches=2, warmup=1)
+    replay = simulate_as_run(wake, [StageLoad(s.compute, s.compute, s.recv) for s in plan.stages],
+                             microbatches=report.microbatches, schedule="1f1b", batches=2, warmup=1)
+    expected = replay.computes
+    assert report.predicted_throughput_as_run == pytest.approx(
+        report.microbatches * plan.batch_size / replay.batch_seconds)
+    assert report.to_dict()["throughput_error_as_run"] == pytest.approx(
+        report.throughput / report.predicted_throughput_as_run - 1)
     for stage, planned, as_run in zip(report.stages, plan.stages, expected, strict=True):
         assert stage.predicted_at_load is not None
         assert stage.predicted_at_load["compute"] == pytest.approx(as_run)
