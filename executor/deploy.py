@@ -236,7 +236,7 @@ def deploy_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs
     setup = resolve_loans(plan, resolve(plan, options, local=True))
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
-    from pipeplan.executor.worker import build_stages
+    from pipeplan.executor.stage_build import build_stages
 
     builds = build_stages(plan, rebuilt, check=False)
     lenders = apply_loans(builds, setup)  # a harvest plan's: the lent weights leave their stages (deploy_loans)

@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from pipeplan.executor.deploy_options import ServeOptions
     from pipeplan.executor.deploy_stats import Meter
     from pipeplan.executor.lender import LenderBuild
-    from pipeplan.executor.worker import StageBuild
+    from pipeplan.executor.stage_build import StageBuild
 
 __all__ = ["LayoutEntry"]
 

@@ -32,8 +32,8 @@ from pipeplan.costmodel.capture import CapturedProgram
 from pipeplan.executor.deploy_stage import Layout, Transfer
 from pipeplan.executor.lender import LenderBuild
 from pipeplan.executor.options import RunSetup
+from pipeplan.executor.stage_build import StageBuild
 from pipeplan.executor.stages import split_program
-from pipeplan.executor.worker import StageBuild
 from pipeplan.planner.plan import Plan
 
 __all__ = ["LayoutOrders", "StateIndex", "layout_orders", "stage_builds"]

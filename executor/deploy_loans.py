@@ -45,7 +45,7 @@ from pipeplan.executor.worker import stage_ledger
 
 if TYPE_CHECKING:
     from pipeplan.executor.deploy_stage import Layout
-    from pipeplan.executor.worker import StageBuild
+    from pipeplan.executor.stage_build import StageBuild
     from pipeplan.planner.plan import Plan
 
 __all__ = ["IDLE", "StageLoans", "check_servable", "layout_groups", "serve_lender"]

@@ -53,7 +53,8 @@ from pipeplan.executor.errors import RunError
 from pipeplan.executor.lender import LenderBuild, lender_ledger
 from pipeplan.executor.options import RunSetup
 from pipeplan.executor.schedule import TimedSchedule
-from pipeplan.executor.worker import ForwardError, GuardedStage, Phases, StageBuild, pin, stage_devices
+from pipeplan.executor.stage_build import ForwardError, GuardedStage, StageBuild
+from pipeplan.executor.worker import Phases, pin, stage_devices
 
 __all__ = ["Layout", "Leave", "Parked", "Ready", "Run", "Stepped", "Stop", "Transfer", "serve_device"]
 

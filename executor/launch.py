@@ -128,7 +128,7 @@ def spawn(setup: RunSetup, builds: list[Any], modules: Sequence[str] = (), rebui
     """Run every rank of ``setup`` in its own local process (the stages, then the lenders that run no
     stage: :mod:`pipeplan.executor.lending`); return rank 0's gathered results.
 
-    ``builds[k]`` (an :class:`pipeplan.executor.worker.StageBuild`) is pickled to stage k's process, so no
+    ``builds[k]`` (an :class:`pipeplan.executor.stage_build.StageBuild`) is pickled to stage k's process, so no
     process has to rebuild or export the model again; ``modules`` are imported there first (they
     register the custom operators the stages call).  ``rebuildable`` says whether the plan's source
     can rebuild the model, for a model that cannot be pickled.

@@ -36,6 +36,7 @@ import torch
 from torch import fx, nn
 
 from pipeplan.executor.harvest_stream import Fetched, Released
+from pipeplan.executor.stage_build import ForwardError, GuardedStage
 from pipeplan.executor.stages import LAYER_META, Boundary
 from pipeplan.executor.stash import StashError
 from pipeplan.executor.stash_memory import storages_of
@@ -43,7 +44,6 @@ from pipeplan.executor.stash_memory import storages_of
 if TYPE_CHECKING:
     from pipeplan.executor.stash import StashClient
     from pipeplan.executor.stash_memory import BatchMeter
-    from pipeplan.executor.worker import GuardedStage
 
 __all__ = ["LAYERS_ATTR", "LayerMajor", "run_layer_major"]
 
@@ -185,7 +185,7 @@ def run_layer_major(module: fx.GraphModule, batch: Sequence[tuple[Any, ...]], st
 
 
 class LayerMajor(nn.Module):
-    """A stage (a :class:`~pipeplan.executor.worker.GuardedStage`) that runs its batch layer-major, a
+    """A stage (a :class:`~pipeplan.executor.stage_build.GuardedStage`) that runs its batch layer-major, a
     microbatch per call as ``PipelineStage`` calls it: calls 1 … M − 1 of a batch keep their inputs
     and return empty buffers of ``output_meta``; call M runs the batch and fills them (see the module)."""
 
@@ -221,8 +221,6 @@ class LayerMajor(nn.Module):
         except StashError:
             raise  # the transfer's failure, not the forward's: the run blames who failed first
         except Exception as exc:
-            from pipeplan.executor.worker import ForwardError  # the worker imports this module
-
             raise ForwardError(f"{type(exc).__name__}: {exc}") from exc
         for buffers, out in zip(held, outs, strict=False):
             for buffer, value in zip(buffers, out, strict=True):

@@ -46,7 +46,7 @@ from pipeplan.planner.plan import Plan
 
 if TYPE_CHECKING:
     from pipeplan.executor.options import RunSetup
-    from pipeplan.executor.worker import StageBuild
+    from pipeplan.executor.stage_build import StageBuild
 
 __all__ = ["Groups", "LenderSetup", "LoanSetup", "apply_loans", "make_groups", "parse_caps", "resolve_loans"]
 

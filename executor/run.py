@@ -202,7 +202,8 @@ def run_plan(plan: Plan | str | Path, module: nn.Module | None = None, inputs: A
     rebuilt = rebuild(plan, module, inputs, kwargs)
     check_plan(plan, rebuilt.captured.graph)
     from pipeplan.executor.lender import LenderBuild
-    from pipeplan.executor.worker import Phases, StageBuild, build_stages, describe_failure, run_stage
+    from pipeplan.executor.stage_build import StageBuild, build_stages
+    from pipeplan.executor.worker import Phases, describe_failure, run_stage
 
     # Cutting the stages here refuses what cannot cross a stage boundary before anything starts.
     builds = build_stages(plan, rebuilt, options.check_batches > 0, fingerprint=env is not None)

@@ -19,31 +19,29 @@ import resource
 import socket
 import time
 import traceback
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch import fx
 from torch.distributed.pipelining import PipelineStage
 
 from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.profile import retain_freed_memory
-from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
+from pipeplan.costmodel.source import build_source, flat_inputs
 from pipeplan.executor.check import compare_outputs, tolerance
 from pipeplan.executor.errors import RunError
 from pipeplan.executor.harvest_stream import Streamer, attach
 from pipeplan.executor.layer_major import LayerMajor
 from pipeplan.executor.lender import LenderBuild, LenderServer, run_lender
 from pipeplan.executor.lending import make_groups
-from pipeplan.executor.loan_cut import FetchSpec, Lent, live_loans
+from pipeplan.executor.loan_cut import live_loans
 from pipeplan.executor.memory_cap import WeightLedger
 from pipeplan.executor.options import RunSetup, StageSetup
 from pipeplan.executor.schedule import TimedSchedule, run_batches
-from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan, state_fingerprint
-from pipeplan.executor.stages import Boundary, split_program
+from pipeplan.executor.source import Rebuilt, batch_inputs, batch_kwargs, rebuild, source_of_plan
+from pipeplan.executor.stage_build import ForwardError, GuardedStage, StageBuild, build_stages
 from pipeplan.executor.stash import StashClient, StashStore, borrowers_of
 from pipeplan.executor.stash_memory import BatchMeter
 from pipeplan.executor.validate import check_plan
@@ -64,67 +62,6 @@ class Phases:
         now = time.perf_counter()
         self.seconds[self.current] = round(self.seconds.get(self.current, 0.0) + now - self._since, 4)
         self.current, self._since = phase, now
-
-
-@dataclass
-class StageBuild:
-    """What one stage process runs: its module and the shapes it sends and receives, the example
-    microbatch, and, where the outputs are checked, the unsplit model.  ``fingerprint`` digests the
-    weights when each process built its own.  The last stage's ``model`` is None when it could
-    not be pickled: that stage then rebuilds it from the plan's source."""
-
-    module: fx.GraphModule
-    input_meta: list[Boundary]
-    output_meta: list[Boundary]
-    args: tuple[Any, ...]
-    kwargs: dict[str, Any]
-    kwarg_order: list[str]  # the keyword inputs in the exported program's placeholder order
-    model: torch.nn.Module | None
-    fingerprint: str | None = None
-    fetches: list[FetchSpec] = field(default_factory=list)  # borrowed layers, in the order the stage runs them
-    lent: list[Lent] = field(default_factory=list)  # weights this stage's process holds for other stages
-
-
-def build_stages(plan: Plan, rebuilt: Rebuilt, check: bool, fingerprint: bool = False) -> list[StageBuild]:
-    """Cut the rebuilt model along the plan's stages; the last stage also gets the unsplit model."""
-    digest = state_fingerprint(rebuilt.captured) if fingerprint else None
-    programs = split_program(rebuilt.captured, [s.layers for s in plan.stages])
-    last = len(programs) - 1
-    order = kwarg_order(rebuilt.kwargs, rebuilt.captured.program.call_spec.in_spec)
-    return [StageBuild(p.module, p.input_meta, p.output_meta, rebuilt.args, rebuilt.kwargs, order,
-                       rebuilt.model if check and k == last else None, digest)
-            for k, p in enumerate(programs)]
-
-
-class ForwardError(RuntimeError):
-    """The stage's own computation raised (as opposed to a peer failing or a timeout)."""
-
-
-class GuardedStage(torch.nn.Module):
-    """Runs the stage's module on its compute device and hands back contiguous tensors.
-
-    Exceptions raised by the module are marked, so the launcher can blame the right stage.  Outputs
-    are made contiguous because point-to-point transports send only contiguous tensors (a
-    transposed or expanded activation at a cut would end the run).  With ``staged``, inputs arrive
-    in host memory and outputs leave through it (gloo carries CPU tensors only).
-    """
-
-    def __init__(self, module: torch.nn.Module, compute: torch.device, staged: bool, last: bool) -> None:
-        super().__init__()
-        self.module = module
-        self.compute = compute
-        self.staged = staged
-        self.last = last
-
-    def forward(self, *args: Any) -> Any:
-        if self.staged:
-            args = tuple(a.to(self.compute, non_blocking=True) if isinstance(a, torch.Tensor) else a for a in args)
-        try:
-            out = self.module(*args)
-        except Exception as exc:
-            raise ForwardError(f"{type(exc).__name__}: {exc}") from exc
-        leave = torch.device("cpu") if self.staged and not self.last else None
-        return tuple(t.contiguous() if leave is None else t.to(leave).contiguous() for t in out)
 
 
 def pin(stage: StageSetup) -> None:
