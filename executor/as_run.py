@@ -38,8 +38,9 @@ from pipeplan.costmodel.wake import WakeModel
 if TYPE_CHECKING:
     from pipeplan.executor.options import RunSetup
     from pipeplan.planner.plan import Plan
+    from pipeplan.planner.problem import Problem
 
-__all__ = ["AsRun", "StageLoad", "predict_as_run", "simulate_as_run", "stage_times_as_run"]
+__all__ = ["AsRun", "StageLoad", "plan_as_run", "predict_as_run", "simulate_as_run", "stage_times_as_run"]
 
 _FIRST_WAIT = 1.0  # seconds "asleep" before a stage's first microbatch ever: as cold as it gets
 
@@ -141,3 +142,29 @@ def predict_as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[
                              batches=max(options.batches, 1), warmup=options.warmup)
     return replay, [f"stage computes include their waits for input, priced by the wake model of {wake.cpu} "
                     f"({wake.source})"]
+
+
+def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[AsRun, WakeModel] | None:
+    """What ``plan`` should do when run here with ``schedule``: its stages replayed with this CPU's wake
+    model, for a plan of CPU devices of pinned cores that borrows no memory; None otherwise (no wake
+    model, GPUs).  A stage's idle time is its planned compute scaled by the cost model's idle ÷ loaded
+    ratio, so that a device's calibration factor carries over."""
+    from pipeplan.costmodel.wake import WakeError, find_wake_model
+
+    devices = [problem.cluster.device(s.device) for s in plan.stages]
+    if plan.harvest is not None or any(d.cores is None for d in devices):
+        return None
+    try:
+        wake = find_wake_model()
+    except WakeError:
+        return None
+    if wake is None:
+        return None
+    stages = []
+    for stage, device in zip(plan.stages, devices, strict=True):
+        layers = [problem.graph[name] for name in stage.layers]
+        loaded = problem.costmodel.stage_time(layers, device)
+        idle = problem.costmodel.stage_time(layers, device.with_load(Contention()))
+        ratio = idle / loaded if loaded > 0 else 1.0
+        stages.append(StageLoad(stage.compute * ratio, stage.compute, stage.recv, device.load))
+    return simulate_as_run(wake, stages, plan.options.microbatches, schedule), wake

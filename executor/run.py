@@ -30,7 +30,7 @@ from torch import nn
 from pipeplan.costmodel.base import CostModel
 from pipeplan.costmodel.cluster import Cluster
 from pipeplan.costmodel.graph import ModelGraph
-from pipeplan.costmodel.hardware import Contention
+from pipeplan.costmodel.hardware import Contention, Device
 from pipeplan.executor.errors import OutputMismatchError, PlanMismatchError
 from pipeplan.executor.launch import failure_of, spawn, torchrun_env
 from pipeplan.executor.lending import apply_loans, resolve_loans
@@ -93,7 +93,7 @@ def repredict_run(plan: Plan, graph: ModelGraph, setup: RunSetup) -> Repredictio
     layers = [[graph[name] for name in stage.layers] for stage in plan.stages]
     devices = [cluster.device(stage.device) for stage in plan.stages]
     loaded = [model.stage_time(ls, dev.with_load(loads[dev.id])) for ls, dev in zip(layers, devices, strict=True)]
-    if not all(dev.gpu is None for dev in devices):
+    if not _on_cpu_cores(setup, devices):
         return Reprediction(loaded, loaded, None, spec, notes)
     idle = [model.stage_time(ls, dev.with_load(Contention())) for ls, dev in zip(layers, devices, strict=True)]
     replay, wake_notes = predict_as_run(plan, setup, idle, loaded, [loads[dev.id] for dev in devices])
@@ -101,6 +101,11 @@ def repredict_run(plan: Plan, graph: ModelGraph, setup: RunSetup) -> Repredictio
     if replay is None:
         return Reprediction(loaded, loaded, None, spec, notes)
     return Reprediction(replay.computes, loaded, replay.batch_seconds, spec, notes)
+
+
+def _on_cpu_cores(setup: RunSetup, devices: Sequence[Device]) -> bool:
+    """Whether every stage is a CPU device of pinned cores and runs there: what a wake model describes."""
+    return all(s.gpu is None for s in setup.stages) and all(d.cores is not None for d in devices)
 
 
 def _loads(setup: RunSetup) -> dict[str, Contention]:
@@ -143,7 +148,7 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
     devices = [cluster.device(stage.device).with_load(loads[stage.device]) for stage in plan.stages]
     layers = [[graph[name] for name in stage.layers] for stage in plan.stages]
     predicted = [base.stage_time(ls, d) for ls, d in zip(layers, devices, strict=True)]
-    if all(d.gpu is None for d in devices):  # a stage's factor is what is left once its waits are priced
+    if _on_cpu_cores(setup, devices):  # a stage's factor is what is left once its waits are priced
         idle = [base.stage_time(ls, d.with_load(Contention())) for ls, d in zip(layers, devices, strict=True)]
         replay, _ = predict_as_run(plan, setup, idle, predicted, [d.load for d in devices])
         predicted = replay.computes if replay is not None else predicted

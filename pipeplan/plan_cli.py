@@ -91,6 +91,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
         _print_harvest(console, plan)
     else:
         console.print(plan_table(plan))
+        _print_as_run(console, problem, plan)
     if args.out:
         plan.save(args.out)
         console.print(f"plan written to {args.out}")
@@ -99,6 +100,21 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
         png = plot_plans(problem, {"harvest" if harvest is not None else plan.method: plan}, args.png)
         console.print(f"Gantt chart and memory per device written to {png}")
+
+
+def _print_as_run(console: Console, problem: Problem, plan: Plan) -> None:
+    """On CPU cores with a wake model: what the plan should do when run here (gpipe), waits priced."""
+    from pipeplan.costmodel.units import format_seconds
+    from pipeplan.executor.as_run import plan_as_run
+
+    found = plan_as_run(problem, plan)
+    if found is None:
+        return
+    replay, wake = found
+    samples = plan.options.microbatches * plan.batch_size / replay.batch_seconds
+    stages = ", ".join(format_seconds(c) for c in replay.computes)
+    console.print(f"as run here with gpipe, waits priced by the wake model of {wake.cpu}: about {samples:,.1f} "
+                  f"samples/s; stage computes {stages}")
 
 
 def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,
