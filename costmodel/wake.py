@@ -93,6 +93,9 @@ class WakeModel:
                             f"{len(self.penalty_fixed)} fixed and {len(self.penalty_rate)} rate terms")
         if any(b <= a for a, b in zip(self.sleeps, self.sleeps[1:], strict=False)) or self.sleeps[0] <= 0:
             raise WakeError(f"probed sleeps must be positive and ascending, got {self.sleeps}")
+        if self.stage_fixed < 0 or self.stage_rate < 0:
+            raise WakeError(f"a pipeline stage's extra time cannot be negative: {self.stage_fixed} s + "
+                            f"{self.stage_rate} × its time")
         for level, credits in self.credit.items():
             if len(credits) != n or min(credits, default=0.0) < 0:
                 raise WakeError(f"load {level!r} needs one credit ≥ 0 per probed sleep ({n}), got {credits}")
@@ -115,11 +118,10 @@ class WakeModel:
 
     def level_for(self, load: Contention | None) -> str | None:
         """The probed load whose credit ``load`` takes: the same one, else the same kind with the
-        nearest number of co-runners, else the nearest number of any kind (None: none probed)."""
-        if not self.credit:
+        nearest number of co-runners, else the nearest number of any kind (None: none probed, or a
+        load that shares no core time, which earns no credit)."""
+        if not self.credit or load is None or not (load.corunners or load.utilization):
             return None
-        if load is None:
-            return min(self.credit)
         if load.describe() in self.credit:
             return load.describe()
         probed = [(lv, Contention.parse(lv)) for lv in sorted(self.credit)]

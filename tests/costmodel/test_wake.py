@@ -44,6 +44,8 @@ def test_a_load_never_probed_takes_the_nearest_probed_loads_credit() -> None:
     assert model.level_for(Contention.parse("3xcompute")) == "2×compute"  # same kind, nearest count
     assert model.level_for(Contention.parse("2xmemory")) == "1×memory"
     assert model.level_for(Contention.parse("1xmixed")) == "1×memory"  # no mixed: nearest count of any kind
+    assert model.level_for(Contention.parse("30%")) == "2×compute"  # a measured utilisation: compute's
+    assert model.level_for(None) is None and model.level_for(Contention()) is None  # no sharing, no credit
 
 
 def test_bad_wake_models_are_refused_with_what_is_wrong(tmp_path: Path) -> None:
@@ -51,6 +53,8 @@ def test_bad_wake_models_are_refused_with_what_is_wrong(tmp_path: Path) -> None:
         WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[], penalty_rate=[0.0])
     with pytest.raises(WakeError, match="positive and ascending"):
         WakeModel(cpu="c", measured_at="", sleeps=[2 * MS, MS], penalty_fixed=[0, 0], penalty_rate=[0, 0])
+    with pytest.raises(WakeError, match="cannot be negative"):
+        WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0], stage_rate=-0.1)
     with pytest.raises(WakeError, match="one credit ≥ 0 per probed sleep"):
         WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0], credit={"1×compute": []})
     (tmp_path / "w.json").write_text(json.dumps({"format": "pipeplan.cpu-probe"}))
