@@ -26,7 +26,7 @@ from rich.table import Table
 from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.registry import load_cost_model
-from pipeplan.costmodel.zoo import capture_model
+from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import RunOptions, run_plan
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
@@ -36,7 +36,7 @@ from pipeplan.planner.simulate import evaluate
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tinygpt")
+    parser.add_argument("--model", default="tinygpt", help="a zoo name or a factory (module:function, file.py:function)")
     parser.add_argument("--batch", type=int, default=8, help="samples per microbatch (8)")
     parser.add_argument("--device", default="cpu0", help="the core to load (cpu0)")
     parser.add_argument("--load", default="2xcompute", help="its load (2xcompute)")
@@ -47,7 +47,7 @@ def main() -> None:
     args = parser.parse_args()
     console = Console(width=150)
 
-    graph = capture_model(args.model, args.batch)
+    graph = capture_source(args.model, args.batch)
     idle = load_cluster("local-cpu")
     loaded = idle.with_load(args.device, Contention.parse(args.load))
     model = load_cost_model(args.costmodel)

@@ -28,7 +28,8 @@ under its load then takes, woken after ``S``::
 
 and, in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
 two-stage pipeline of the reference workload measured beyond its modules' back-to-back times (the
-stage coming back to its module after its schedule's own work, and running beside the other stage).
+stage coming back to its module after its schedule's own work, and running beside the other stage;
+less what a stage's figures already hold: :meth:`WakeModel.in_pipeline`).
 
 :meth:`WakeModel.in_pipeline` is the whole of it for one microbatch.
 
@@ -143,9 +144,17 @@ class WakeModel:
         return min(woken, credit) + max(0.0, woken - credit) * slowdown
 
     def in_pipeline(self, idle: float, loaded: float, sleep: float, load: Contention | None = None) -> float:
-        """:meth:`woken_time` plus what a pipeline stage pays per microbatch beyond its module's time."""
+        """:meth:`woken_time` plus what a pipeline stage pays per microbatch beyond its module's time.
+
+        Two parts of that extra are already in the figures for some stages, and are not charged twice:
+        the fixed part is a cold return to the module, and a wait's idle penalty ``a(S)`` is one too
+        (a stage pays the larger); the rate is running beside other work, which a stage on a core
+        whose time it shares with co-runners already does in its loaded back-to-back time.
+        """
         woken = self.woken_time(idle, loaded, sleep, load)
-        return woken + self.stage_fixed + self.stage_rate * woken
+        fixed = max(0.0, self.stage_fixed - self.penalty(sleep)[0])
+        shared = idle > 0 and loaded / idle > _TIME_SHARED and self.level_for(load) is not None
+        return woken + fixed + (0.0 if shared else self.stage_rate * woken)
 
     # --- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

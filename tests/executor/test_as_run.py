@@ -55,7 +55,14 @@ def test_every_microbatch_pays_what_a_pipeline_stage_costs_beyond_its_module() -
                      penalty_rate=[0.0, 0.0], credit=WAKE.credit, stage_fixed=0.1 * MS, stage_rate=0.1)
     times = stage_times_as_run(wake, [StageLoad(9.59 * MS, 9.59 * MS), StageLoad(2.7 * MS, 9.69 * MS, load=TWO)],
                                microbatches=4)
-    assert times == pytest.approx([9.59 * MS * 1.1 + 0.1 * MS, (1.5 * MS + 1.2 * MS * 9.69 / 2.7) * 1.1 + 0.1 * MS])
+    # the idle bottleneck pays both parts; the loaded stage only the fixed one: its loaded profile
+    # already ran beside other work, which is what the rate measures
+    assert times == pytest.approx([9.59 * MS * 1.1 + 0.1 * MS, 1.5 * MS + 1.2 * MS * 9.69 / 2.7 + 0.1 * MS])
+    # a stage that waits long enough to pay an idle penalty of 0.3 ms is cold already: no fixed part
+    cold = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=WAKE.sleeps, penalty_fixed=[0.3 * MS] * 2,
+                     penalty_rate=[0.0, 0.0], stage_fixed=0.1 * MS, stage_rate=0.1)
+    times = stage_times_as_run(cold, [StageLoad(20 * MS, 20 * MS), StageLoad(5 * MS, 5 * MS)], microbatches=4)
+    assert times[1] == pytest.approx((5 * MS + 0.3 * MS) * 1.1)
     # a lone stage is what the profile timed: it pays nothing beyond its back-to-back time
     assert stage_times_as_run(wake, [StageLoad(9.59 * MS, 9.59 * MS)], microbatches=4) == pytest.approx([9.59 * MS])
 
