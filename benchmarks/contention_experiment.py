@@ -36,7 +36,7 @@ from pipeplan.planner.simulate import evaluate
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", default="tinygpt", help="a zoo name or a factory (module:function, file.py:function)")
+    parser.add_argument("--model", default="tinygpt", help="a zoo name or a factory (module:function)")
     parser.add_argument("--batch", type=int, default=8, help="samples per microbatch (8)")
     parser.add_argument("--device", default="cpu0", help="the core to load (cpu0)")
     parser.add_argument("--load", default="2xcompute", help="its load (2xcompute)")
