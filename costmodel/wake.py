@@ -29,7 +29,9 @@ under its load then takes, woken after ``S``::
 and, in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
 two-stage pipeline of the reference workload measured beyond its modules' back-to-back times (the
 stage coming back to its module after its schedule's own work, and running beside the other stage;
-less what a stage's figures already hold: :meth:`WakeModel.in_pipeline`).
+less what a stage's figures already hold: :meth:`WakeModel.in_pipeline`); and a stage on a core
+under a load receives its input ``recv_delay`` later (its threads wake only when the scheduler lets
+them; measured with two real processes, :meth:`WakeModel.receive_delay`).
 
 :meth:`WakeModel.in_pipeline` is the whole of it for one microbatch.
 
@@ -83,6 +85,7 @@ class WakeModel:
     # a pipeline stage's microbatch beyond its module's back-to-back time: fixed seconds + rate × that time
     stage_fixed: float = 0.0
     stage_rate: float = 0.0
+    recv_delay: dict[str, float] = field(default_factory=dict)  # load → extra seconds for a message to arrive
     grid: dict[str, list[list[float]]] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)  # level → RMS of log residuals
     source: str = ""
@@ -156,6 +159,12 @@ class WakeModel:
         shared = idle > 0 and loaded / idle > _TIME_SHARED and self.level_for(load) is not None
         return woken + fixed + (0.0 if shared else self.stage_rate * woken)
 
+    def receive_delay(self, load: Contention | None) -> float:
+        """Extra seconds a stage's input takes to reach it on a core under ``load`` (the probed load
+        nearest it, as for the credit; 0 on an idle core or where none was probed)."""
+        level = self.level_for(load)
+        return self.recv_delay.get(level, 0.0) if level is not None else 0.0
+
     # --- files ----------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         return {"format": FORMAT, "version": 1, **asdict(self)}
@@ -165,7 +174,7 @@ class WakeModel:
         if doc.get("format") != FORMAT:
             raise WakeError(f"not a wake model (format {doc.get('format')!r}, expected {FORMAT!r})")
         names = ("cpu", "measured_at", "sleeps", "penalty_fixed", "penalty_rate", "credit", "stage_fixed", "stage_rate",
-                 "grid",
+                 "recv_delay", "grid",
                  "fit_error")
         try:
             return cls(**{k: doc[k] for k in names if k in doc})

@@ -21,6 +21,7 @@ import statistics
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import torch
 from torch import nn
@@ -28,8 +29,8 @@ from torch import nn
 from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
 
-__all__ = ["CHAIN_LENGTHS", "SLEEPS", "ReferenceBlocks", "fit_wake", "measure_grid", "measure_stage_extra",
-           "run_wake_probe"]
+__all__ = ["CHAIN_LENGTHS", "SLEEPS", "ReferenceBlocks", "fit_wake", "measure_grid", "measure_recv_delay",
+           "measure_stage_extra", "run_wake_probe"]
 
 CHAIN_LENGTHS = (1, 3, 6, 12, 20)  # MLP blocks per timed call: about 0.5 to 10 ms on the project's VMs
 SLEEPS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016)  # seconds waited before a call (0: back to back)
@@ -242,6 +243,72 @@ def _back_to_back(module: nn.Module, inputs: tuple[torch.Tensor, ...], core: int
     return took, tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
+def measure_recv_delay(levels: Sequence[Contention], cores: Sequence[int], messages: int = 60) -> dict[str, float]:
+    """Mean extra seconds a small pipeline message (two tensors, like a stage's input) takes to reach a
+    process on a core under each of ``levels`` over an idle one: two real processes talking over gloo,
+    the receiver on ``cores[0]`` beside the load's co-runners, the sender on ``cores[1]`` posting one
+    message every 10 ms.  A stage on a core it shares with co-runners wakes for its input (gloo's
+    thread, then the stage's) only when the scheduler lets it, which its compute figures never show."""
+    import multiprocessing
+    import socket
+
+    if len(cores) < 2 or cores[0] == cores[1]:
+        raise WakeError(f"the receive part of the wake probe needs two distinct cores, got {list(cores)}")
+    ctx = multiprocessing.get_context("spawn")
+    means: dict[str, float] = {}
+    for level in [None, *levels]:
+        with socket.socket() as sock:  # a free port for this pair's rendezvous
+            sock.bind(("127.0.0.1", 0))
+            port = sock.getsockname()[1]
+        queue = ctx.Queue()
+        text = level.describe() if level is not None else "idle"
+        procs = [ctx.Process(target=_recv_pair, args=(rank, text, list(cores[:2]), port, messages, queue))
+                 for rank in range(2)]
+        for proc in procs:
+            proc.start()
+        try:
+            means[text] = queue.get(timeout=120)
+        finally:
+            for proc in procs:
+                proc.join(timeout=30)
+                if proc.is_alive():
+                    proc.kill()
+    idle = means.pop("idle")
+    return {name: max(mean - idle, 0.0) for name, mean in means.items()}
+
+
+def _recv_pair(rank: int, level: str, cores: list[int], port: int, messages: int, queue: Any) -> None:
+    """One side of :func:`measure_recv_delay` (rank 0 receives beside the load, rank 1 sends)."""
+    import torch.distributed as dist
+
+    from pipeplan.costmodel.corunners import CoRunners
+
+    os.sched_setaffinity(0, {cores[rank]})
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    load = CoRunners(Contention.parse(level), cores=[cores[0]]).start() if rank == 0 and level != "idle" else None
+    try:
+        stamp, payload, delays = torch.zeros(1, dtype=torch.float64), torch.zeros(2, 64, 128), []
+        dist.barrier()
+        for _ in range(messages + 5):
+            if rank == 1:
+                time.sleep(0.01)
+                stamp[0] = time.perf_counter()  # one monotonic clock for both processes on one host
+                dist.send(stamp, 0)
+                dist.send(payload, 0)
+            else:
+                dist.recv(stamp, 1)
+                dist.recv(payload, 1)
+                delays.append(time.perf_counter() - float(stamp[0]))
+        if rank == 0:
+            queue.put(statistics.fmean(delays[5:]))
+        dist.barrier()
+    finally:
+        if load is not None:
+            load.stop()
+        dist.destroy_process_group()
+
+
 def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 30,
                    progress: Callable[[str], None] | None = None,
                    pipeline_cores: Sequence[int] | None = None) -> WakeModel:
@@ -260,4 +327,7 @@ def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 3
     model = fit_wake(grid)
     if pipeline_cores is not None:
         model.stage_fixed, model.stage_rate = measure_stage_extra(pipeline_cores, progress=progress)
+        model.recv_delay = measure_recv_delay(shared, [core, *(c for c in pipeline_cores if c != core)])
+        if progress:
+            progress("receives under load: " + ", ".join(f"{k} +{v * 1e3:.2f} ms" for k, v in model.recv_delay.items()))
     return model

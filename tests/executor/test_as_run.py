@@ -80,3 +80,18 @@ def test_the_replay_gives_a_batch_its_wall_time() -> None:
     # last microbatch before) and ends on the second at 12·b + 14 ms: measured from batch 2's start (23)
     # to batch 9's end (122), over 8 batches
     assert replay.batch_seconds == pytest.approx((122 - 23) * MS / 8)
+
+
+def test_a_stage_on_a_loaded_core_receives_its_input_later() -> None:
+    """One microbatch a batch, stages of 2 and 3 ms, the second on a core under 2×compute whose inputs
+    arrive 2 ms after it posts its receive: it starts batch b at max(s_b + 2, its last end) + 2, and
+    the first stage starts batch b + 1 once that input is taken, so a batch takes 3 + 2 = 5 ms."""
+    delayed = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=WAKE.sleeps, penalty_fixed=[0.0, 0.0],
+                        penalty_rate=[0.0, 0.0], credit={"2×compute": [0.0, 0.0]}, recv_delay={"2×compute": 2 * MS})
+    stages = [StageLoad(2 * MS, 2 * MS), StageLoad(3 * MS, 3 * MS, load=TWO)]
+    replay = simulate_as_run(delayed, stages, microbatches=1, batches=8)
+    # measured from batch 2's start on the first stage to batch 9's end on the second (8 ms after its start)
+    assert replay.batch_seconds == pytest.approx((7 * 5 + 8) * MS / 8)
+    assert delayed.receive_delay(TWO) == 2 * MS and delayed.receive_delay(None) == 0.0
+    without = simulate_as_run(WAKE, stages, microbatches=1, batches=8)
+    assert without.batch_seconds == pytest.approx((7 * 3 + 6) * MS / 8)  # the second stage sets the pace
