@@ -257,8 +257,10 @@ def cmd_wake(args: argparse.Namespace) -> None:
                       *(f"{credits[i] * 1e3:.2f}" for credits in model.credit.values()))
     console.print(table)
     fit = ", ".join(f"{name} {err:.0%}" for name, err in model.fit_error.items())
+    delays = ", ".join(f"{level} +{delay * 1e3:.2f} ms" for level, delay in model.recv_delay.items())
     extra = (f"a pipeline stage's microbatch takes {model.stage_fixed * 1e3:.3f} ms + {model.stage_rate:.1%} beyond "
-             f"its module's back-to-back time (cores {pipeline[0]} and {pipeline[1]}); " if pipeline
+             f"its module's back-to-back time, and its input arrives later on a loaded core ({delays}; cores "
+             f"{pipeline[0]} and {pipeline[1]}); " if pipeline
              else "the pipeline part was skipped (it needs two cores); ")
     console.print(f"{extra}fit error (log RMS) {fit}; measured on core {args.core} in "
                   f"{time.monotonic() - started:.0f} s; written to {path}. `pipeplan run` now prices each stage's "
