@@ -104,8 +104,10 @@ def repredict_run(plan: Plan, graph: ModelGraph, setup: RunSetup) -> Repredictio
 
 
 def _on_cpu_cores(setup: RunSetup, devices: Sequence[Device]) -> bool:
-    """Whether every stage is a CPU device of pinned cores and runs there: what a wake model describes."""
-    return all(s.gpu is None for s in setup.stages) and all(d.cores is not None for d in devices)
+    """Whether every stage is a CPU device of pinned cores, runs there, and on one host: what this
+    CPU's wake model describes (a run across hosts may meet other CPUs and a network)."""
+    return (all(s.gpu is None for s in setup.stages) and all(d.cores is not None for d in devices)
+            and len({s.host for s in setup.stages}) == 1)
 
 
 def _loads(setup: RunSetup) -> dict[str, Contention]:

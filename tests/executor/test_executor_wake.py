@@ -41,3 +41,24 @@ def test_a_run_prices_the_waits_of_stages_that_are_not_the_bottleneck(tmp_path: 
     assert any(e > p.compute for e, p in zip(expected, plan.stages, strict=True))
     assert any("priced by the wake model of test cpu" in note and str(tmp_path / "wake.json") in note
                for note in report.notes)
+
+
+def test_a_run_across_hosts_is_predicted_back_to_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """This CPU's wake model says nothing of another host's CPU or of the network between them."""
+    from dataclasses import replace
+
+    from pipeplan.executor.options import resolve
+    from pipeplan.executor.run import repredict_run
+
+    wake = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS], penalty_fixed=[0.2 * MS],
+                     penalty_rate=[0.0], stage_fixed=0.1 * MS)
+    monkeypatch.setenv("PIPEPLAN_WAKE", str(wake.save(tmp_path / "wake.json")))
+    spec = cpu_cluster(tmp_path / "cluster.yaml", 2)
+    graph = capture_model("mlp", 8)
+    plan = plan_with_cuts(graph, spec, ["net.4"])
+    setup = resolve(plan, RunOptions(batches=2, cluster=str(spec)))
+    here = repredict_run(plan, graph, setup)
+    assert here.batch_seconds is not None and here.times != here.back_to_back
+    apart = replace(setup, stages=tuple(replace(s, host=f"node{s.index}") for s in setup.stages))
+    across = repredict_run(plan, graph, apart)
+    assert across.batch_seconds is None and across.times == across.back_to_back == here.back_to_back
