@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.hardware import Contention, cpu_model
+from pipeplan.costmodel.profile import pinned
 from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
 
 __all__ = ["CHAIN_LENGTHS", "SLEEPS", "ReferenceBlocks", "fit_wake", "measure_grid", "measure_recv_delay",
@@ -43,13 +44,10 @@ def measure_grid(level: Contention | None, core: int = 0, repeats: int = 30,
                  chains: Sequence[int] = CHAIN_LENGTHS, sleeps: Sequence[float] = SLEEPS,
                  progress: Callable[[str], None] | None = None) -> dict[int, dict[float, float]]:
     """Mean seconds per call of each chain length after each sleep (0.0 = back to back), on ``core``
-    under ``level`` (None: idle), in this process pinned to the core with one thread."""
+    under ``level`` (None: idle), in this process pinned to the core with one thread, as the profiler
+    times layers (:func:`pipeplan.costmodel.profile.pinned`)."""
     from pipeplan.costmodel.corunners import CoRunners
 
-    previous = os.sched_getaffinity(0)
-    threads = torch.get_num_threads()
-    os.sched_setaffinity(0, {core})
-    torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(0)
     x = torch.randn(32, 256, generator=gen)
     up, down = torch.randn(1024, 256, generator=gen) / 16, torch.randn(256, 1024, generator=gen) / 32
@@ -65,7 +63,7 @@ def measure_grid(level: Contention | None, core: int = 0, repeats: int = 30,
         if load is not None:
             load.start()
             time.sleep(0.3)  # let the co-runners reach their steady state
-        with torch.inference_mode():
+        with pinned([core], 1), torch.inference_mode():
             call(3)  # warm the allocator and the weights
             for n in chains:
                 # the sleeps take turns within each repeat, so that a drift of the machine's speed
@@ -95,8 +93,6 @@ def measure_grid(level: Contention | None, core: int = 0, repeats: int = 30,
     finally:
         if load is not None:
             load.stop()
-        os.sched_setaffinity(0, previous)
-        torch.set_num_threads(threads)
     return out
 
 
@@ -226,20 +222,13 @@ def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 4, 8),
 def _back_to_back(module: nn.Module, inputs: tuple[torch.Tensor, ...], core: int,
                   seconds: float = 0.3) -> tuple[float, tuple[torch.Tensor, ...]]:
     """Mean seconds per call of ``module`` on ``inputs`` back to back on ``core`` (one thread), and its outputs."""
-    previous, threads = os.sched_getaffinity(0), torch.get_num_threads()
-    os.sched_setaffinity(0, {core})
-    torch.set_num_threads(1)
-    try:
-        with torch.inference_mode():
-            out = module(*inputs)
-            calls, start = 0, time.perf_counter()
-            while time.perf_counter() - start < seconds or calls < 10:
-                module(*inputs)
-                calls += 1
-            took = (time.perf_counter() - start) / calls
-    finally:
-        os.sched_setaffinity(0, previous)
-        torch.set_num_threads(threads)
+    with pinned([core], 1), torch.inference_mode():
+        out = module(*inputs)
+        calls, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds or calls < 10:
+            module(*inputs)
+            calls += 1
+        took = (time.perf_counter() - start) / calls
     return took, tuple(out) if isinstance(out, (tuple, list)) else (out,)
 
 
@@ -250,16 +239,15 @@ def measure_recv_delay(levels: Sequence[Contention], cores: Sequence[int], messa
     message every 10 ms.  A stage on a core it shares with co-runners wakes for its input (gloo's
     thread, then the stage's) only when the scheduler lets it, which its compute figures never show."""
     import multiprocessing
-    import socket
+
+    from pipeplan.executor.launch import free_port
 
     if len(cores) < 2 or cores[0] == cores[1]:
         raise WakeError(f"the receive part of the wake probe needs two distinct cores, got {list(cores)}")
     ctx = multiprocessing.get_context("spawn")
     means: dict[str, float] = {}
     for level in [None, *levels]:
-        with socket.socket() as sock:  # a free port for this pair's rendezvous
-            sock.bind(("127.0.0.1", 0))
-            port = sock.getsockname()[1]
+        port = free_port()  # this pair's rendezvous
         queue = ctx.Queue()
         text = level.describe() if level is not None else "idle"
         procs = [ctx.Process(target=_recv_pair, args=(rank, text, list(cores[:2]), port, messages, queue))

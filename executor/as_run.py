@@ -128,16 +128,9 @@ def predict_as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[
                    loads: list[Contention]) -> tuple[AsRun | None, list[str]]:
     """A run's CPU stages replayed with this CPU's wake model, or None, with a note, where it has
     none (``$PIPEPLAN_WAKE=none``: no note)."""
-    from pipeplan.costmodel.wake import WakeError, find_wake_model, wake_off
-
-    try:
-        wake = find_wake_model()
-    except WakeError as exc:
-        return None, [f"stage waits not priced: {exc}"]
+    wake, notes = _this_cpus_wake_model()
     if wake is None:
-        return None, [] if wake_off() else [
-            "stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a minute and a "
-            "half); stages are predicted at their back-to-back times"]
+        return None, notes
     stages = [StageLoad(i, t, s.recv, load) for i, t, s, load in zip(idle, loaded, plan.stages, loads, strict=True)]
     options = setup.options
     replay = simulate_as_run(wake, stages, setup.microbatches, options.schedule, options.in_flight,
@@ -151,15 +144,10 @@ def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[
     model, for a plan of CPU devices of pinned cores that borrows no memory; None otherwise (no wake
     model, GPUs).  A stage's idle time is its planned compute scaled by the cost model's idle ÷ loaded
     ratio, so that a device's calibration factor carries over."""
-    from pipeplan.costmodel.wake import WakeError, find_wake_model
-
     devices = [problem.cluster.device(s.device) for s in plan.stages]
     if plan.harvest is not None or any(d.cores is None for d in devices):
         return None
-    try:
-        wake = find_wake_model()
-    except WakeError:
-        return None
+    wake, _ = _this_cpus_wake_model()
     if wake is None:
         return None
     stages = []
@@ -170,3 +158,18 @@ def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[
         ratio = idle / loaded if loaded > 0 else 1.0
         stages.append(StageLoad(stage.compute * ratio, stage.compute, stage.recv, device.load))
     return simulate_as_run(wake, stages, plan.options.microbatches, schedule), wake
+
+
+def _this_cpus_wake_model() -> tuple[WakeModel | None, list[str]]:
+    """This CPU's wake model (:func:`~pipeplan.costmodel.wake.find_wake_model`), or None and why
+    (nothing said where ``$PIPEPLAN_WAKE=none`` turned it off)."""
+    from pipeplan.costmodel.wake import WakeError, find_wake_model, wake_off
+
+    try:
+        wake = find_wake_model()
+    except WakeError as exc:
+        return None, [f"stage waits not priced: {exc}"]
+    if wake is None and not wake_off():
+        return None, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a "
+                      "minute and a half); stages are predicted at their back-to-back times"]
+    return wake, []
