@@ -2,16 +2,19 @@
 
 On this machine's ``local-cpu`` cluster (one pipeline stage per CPU core), co-runner processes load
 one core. The same model is planned twice with the ILP and the learned cost model: once knowing the
-load (contention-aware) and once assuming idle cores (contention-blind). Both plans are then run for
-real by the executor with the co-runners started on the loaded core, alternating aware and blind so
-that both see the same machine; the table shows each plan's split, predicted and measured
-throughput, their ratio, and the aware plan's per-stage compute predicted under the load against
-what was measured.
+load (contention-aware) and once assuming idle cores (contention-blind). Where this CPU has a wake
+model, a third plan is the one ``pipeplan plan`` chooses *as run* (:mod:`pipeplan.planner.as_run_choice`:
+the aware plan, or the plan without the loaded core where its replay predicts that one faster).
+The plans are then run for real by the executor with the co-runners started on the loaded core
+(used by the plan or not), taking turns so that all see the same machine; the table shows each
+plan's split, predicted and measured throughput, their ratio, and each stage's compute predicted
+under the load against what was measured.
 
     python benchmarks/contention_experiment.py                     # tinygpt, batch 8, cpu0 = 2×compute
     python benchmarks/contention_experiment.py --model mlp --batch 64 --load 1xcompute --rounds 5
 
 Targets: aware ≥ 1.3× the blind plan's measured throughput; per-stage prediction error ≤ 15%.
+``--no-choice`` leaves the third plan out.
 """
 
 from __future__ import annotations
@@ -19,15 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import statistics
+from dataclasses import replace
 
 from rich.console import Console
 from rich.table import Table
 
-from pipeplan.costmodel.cluster import load_cluster
+from pipeplan.costmodel.cluster import Cluster, load_cluster
+from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
-from pipeplan.executor import RunOptions, run_plan
+from pipeplan.executor import RunOptions, RunReport, run_plan
+from pipeplan.planner.as_run_choice import choose_as_run
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanOptions, Problem
@@ -43,7 +49,8 @@ def main() -> None:
     parser.add_argument("--costmodel", default="learned", help="learned (default), analytic or a model file")
     parser.add_argument("--microbatches", type=int, default=4)
     parser.add_argument("--batches", type=int, default=10, help="measured batches per run (10)")
-    parser.add_argument("--rounds", type=int, default=3, help="aware/blind run pairs (3)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of runs, each plan once per round (3)")
+    parser.add_argument("--no-choice", action="store_true", help="leave out the plan chosen as run")
     args = parser.parse_args()
     console = Console(width=150)
 
@@ -58,20 +65,24 @@ def main() -> None:
         "aware": solve(aware_problem, solver),
         "blind": solve(Problem(graph, idle, model, options), solver),
     }
+    choice = None if args.no_choice else choose_as_run(aware_problem, solver, first=plans["aware"])
+    if choice is not None:
+        plans["as run"] = choice.plan
     # What each plan is predicted to do on the loaded cluster (the blind plan's own figures assume idle).
     predicted = {name: evaluate(aware_problem, plan.assignment(), plan.device_order()).bottleneck
                  for name, plan in plans.items()}
     console.print(f"{args.model} (batch {args.batch}, {len(graph.layers)}"
                   f" layers) on local-cpu with {args.device} = {args.load}; cost model {model.name}")
 
-    run_options = RunOptions(batches=args.batches, microbatches=args.microbatches,
-                             loads={args.device: args.load}, costmodel=args.costmodel)
-    throughput: dict[str, list[float]] = {"aware": [], "blind": []}
+    if choice is not None:
+        console.print(choice.summary())
+    throughput: dict[str, list[float]] = {name: [] for name in plans}
     last = {}
     measured: dict[tuple[str, int], list[float]] = {}  # (plan, stage) → compute per round
     for round_ in range(args.rounds):
-        for name in ("aware", "blind") if round_ % 2 == 0 else ("blind", "aware"):
-            report = run_plan(plans[name], options=run_options)
+        names = list(plans)
+        for name in names if round_ % 2 == 0 else names[::-1]:
+            report = _run_loaded(plans[name], loaded, args)
             assert report is not None
             throughput[name].append(report.throughput)
             last[name] = report
@@ -90,8 +101,9 @@ def main() -> None:
         table.add_row(name, split, f"{predicted[name] * 1e3:.2f} ms", f"{plan.batch_size / predicted[name]:.0f}",
                       f"{as_run:.0f}" if as_run else "-", f"{statistics.median(throughput[name]):.0f}")
     console.print(table)
-    ratio = statistics.median(throughput["aware"]) / statistics.median(throughput["blind"])
-    console.print(f"aware / blind measured throughput: {ratio:.2f}× (target ≥ 1.3×)")
+    for name in (n for n in plans if n != "blind"):
+        ratio = statistics.median(throughput[name]) / statistics.median(throughput["blind"])
+        console.print(f"{name} / blind measured throughput: {ratio:.2f}× (target ≥ 1.3×)")
 
     stages = Table(title="per stage: compute predicted under the run's load (back to back, and as run: waits "
                    "priced by the wake model) vs measured (median of the rounds)", title_justify="left")
@@ -118,6 +130,22 @@ def main() -> None:
     for note in notes:
         console.print(f"note: {note}")
     console.print(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+
+
+def _run_loaded(plan: Plan, cluster: Cluster, args: argparse.Namespace) -> RunReport:
+    """Run ``plan`` with the co-runners on the loaded core: through the executor's ``loads`` where a
+    stage runs there, else started here for the run (the machine is the same whichever plan runs)."""
+    options = RunOptions(batches=args.batches, microbatches=args.microbatches, costmodel=args.costmodel)
+    if args.device in plan.device_order():
+        report = run_plan(plan, options=replace(options, loads={args.device: args.load}))
+    else:
+        corunners = CoRunners(Contention.parse(args.load), cores=list(cluster.device(args.device).cores or [])).start()
+        try:
+            report = run_plan(plan, options=options)
+        finally:
+            corunners.stop()
+    assert report is not None  # run here, not under torchrun
+    return report
 
 
 if __name__ == "__main__":

@@ -35,6 +35,9 @@ def register_plan(sub: Any) -> None:
     p.add_argument("--out", metavar="PLAN.json", help="save the plan as versioned JSON")
     p.add_argument("--png", metavar="OUT.png", help="also draw the plan: its Gantt chart and the memory per device "
                    "(own, lent, reserved, free; borrowed)")
+    p.add_argument("--keep-loaded", action="store_true",
+                   help="on this machine's CPU cores with a wake model, keep the ILP's plan over all the cores even "
+                        "where its replay predicts that leaving the loaded cores out runs faster")
     p.set_defaults(func=cmd_plan)
 
     p = _planning_parser(sub, "compare", help="the ILP beside every baseline: table and Gantt PNG",
@@ -90,8 +93,8 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if harvest is not None:
         _print_harvest(console, plan)
     else:
+        problem, plan = _choose_as_run(console, problem, solver, plan, args.keep_loaded)
         console.print(plan_table(plan))
-        _print_as_run(console, problem, plan)
     if args.out:
         plan.save(args.out)
         console.print(f"plan written to {args.out}")
@@ -102,19 +105,24 @@ def cmd_plan(args: argparse.Namespace) -> None:
         console.print(f"Gantt chart and memory per device written to {png}")
 
 
-def _print_as_run(console: Console, problem: Problem, plan: Plan) -> None:
-    """On CPU cores with a wake model: what the plan should do when run here (gpipe), waits priced."""
-    from pipeplan.costmodel.units import format_seconds
-    from pipeplan.executor.as_run import plan_as_run
+def _choose_as_run(console: Console, problem: Problem, solver: SolverOptions, plan: Plan,
+                   keep_loaded: bool) -> tuple[Problem, Plan]:
+    """On CPU cores with a wake model: the ILP's plan, or the plan without the loaded cores where its
+    replay predicts that one faster (:mod:`pipeplan.planner.as_run_choice`); each candidate's
+    throughput as run is printed.  Elsewhere the ILP's plan, unchanged."""
+    from pipeplan.planner.as_run_choice import choose_as_run
 
-    found = plan_as_run(problem, plan)
-    if found is None:
-        return
-    replay, wake = found
-    samples = plan.options.microbatches * plan.batch_size / replay.batch_seconds
-    stages = ", ".join(format_seconds(c) for c in replay.computes)
-    console.print(f"as run here with gpipe, waits priced by the wake model of {wake.cpu}: about {samples:,.1f} "
-                  f"samples/s; stage computes {stages}")
+    choice = choose_as_run(problem, solver, first=plan)
+    if choice is None:
+        return problem, plan
+    console.print(choice.summary())
+    if choice.chosen is choice.candidates[0]:
+        return problem, plan
+    if keep_loaded:
+        console.print("kept the plan over all the devices, as --keep-loaded asks")
+        return problem, plan
+    console.print("(--keep-loaded keeps the plan over all the devices)")
+    return choice.chosen.problem, choice.plan
 
 
 def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,

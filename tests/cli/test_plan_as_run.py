@@ -1,4 +1,5 @@
-"""`pipeplan plan` on CPU cores says what the plan should do when run here, waits priced by the wake model."""
+"""`pipeplan plan` on CPU cores with a wake model: the ILP's plan over all the cores against the plan
+without the loaded ones, each replayed as run, and the faster one kept (--keep-loaded: the first)."""
 
 from __future__ import annotations
 
@@ -13,35 +14,78 @@ from pipeplan.costmodel.wake import WakeModel
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor.as_run import plan_as_run
 from pipeplan.planner.plan import Plan
-from pipeplan.planner.problem import PlanOptions, Problem
+from pipeplan.planner.problem import Problem
 from tests.cli_run import run
 
 MS = 1e-3
+ARGS = ("plan", "mlp", "--batch", "64", "--cluster", "local-cpu", "--costmodel", "analytic", "--load", "cpu0=2xcompute")
+# a model whose stages are long enough to gain from the loaded core, with one co-runner there
+LONGER = ("plan", "tinygpt", "--batch", "8", "--cluster", "local-cpu", "--costmodel", "analytic", "--load",
+          "cpu0=1xcompute")
 
 
-def test_a_cpu_plan_prints_its_throughput_as_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    wake = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS], penalty_fixed=[0.1 * MS] * 2,
-                     penalty_rate=[0.0, 0.0], credit={"2×compute": [1.0 * MS, 1.0 * MS]}, stage_fixed=0.05 * MS,
-                     stage_rate=0.1)
-    out = tmp_path / "plan.json"
-    args = ("plan", "mlp", "--batch", "64", "--cluster", "local-cpu", "--costmodel", "analytic", "--load",
-            "cpu0=2xcompute", "--out", str(out))
-    assert "as run here" not in run(*args).stdout  # no wake model (the suite's default)
-    monkeypatch.setenv("PIPEPLAN_WAKE", str(wake.save(tmp_path / "wake.json")))
-    result = run(*args)
-    assert result.returncode == 0, result.stderr
-    printed = re.search(r"wake model of test cpu: about ([\d,.]+) samples/s", result.stdout.replace("\n", ""))
-    assert printed is not None, result.stdout
-    plan = Plan.load(out)
-    problem = Problem(capture_model("mlp", 64), read_cluster("local-cpu", ["cpu0=2xcompute"]),
-                      load_cost_model("analytic"), PlanOptions(microbatches=plan.options.microbatches))
+def _wake(recv_delay: float) -> WakeModel:
+    return WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS], penalty_fixed=[0.1 * MS] * 2,
+                     penalty_rate=[0.0, 0.0], credit={"2xcompute": [1.0 * MS, 1.0 * MS]}, stage_fixed=0.05 * MS,
+                     stage_rate=0.1, recv_delay={"2xcompute": recv_delay})
+
+
+def _printed(stdout: str) -> tuple[dict[str, float], str]:
+    """Each candidate's printed samples/s as run, and the one chosen."""
+    line = re.sub(r"\s+", " ", stdout)
+    found = dict(re.findall(r"(all devices|without the loaded cpu0): \d+ stages? \([^)]*\), about ([\d,.]+) samples/s",
+                            line))
+    chosen = re.search(r"→ chose (all devices|without the loaded cpu0)", line)
+    assert found and chosen is not None, stdout
+    return {k: float(v.replace(",", "")) for k, v in found.items()}, chosen.group(1)
+
+
+def _as_run(plan: Plan, args: tuple[str, ...] = ARGS) -> float:
+    problem = Problem(capture_model(args[1], int(args[3])), read_cluster("local-cpu", [args[-1]]),
+                      load_cost_model("analytic"), plan.options)
     found = plan_as_run(problem, plan)
-    assert found is not None
-    replay, used = found
-    assert used.cpu == "test cpu" and len(replay.computes) == len(plan.stages)
-    expected = plan.options.microbatches * plan.batch_size / replay.batch_seconds
-    assert float(printed.group(1).replace(",", "")) == pytest.approx(expected, abs=0.05)
-    # the bottleneck pays the pipeline's extra (two stages or more), the others their waits too
-    if len(plan.stages) > 1:
-        slowest = max(range(len(plan.stages)), key=lambda k: plan.stages[k].compute)
-        assert replay.computes[slowest] >= plan.stages[slowest].compute * 1.1
+    assert found is not None and found[1].cpu == "test cpu"
+    return plan.options.microbatches * plan.batch_size / found[0].batch_seconds
+
+
+def test_without_a_wake_model_the_ilp_plan_is_printed_alone(tmp_path: Path) -> None:
+    result = run(*ARGS, "--out", str(tmp_path / "plan.json"))  # the suite runs with PIPEPLAN_WAKE=none
+    assert result.returncode == 0, result.stderr
+    assert "as run here" not in result.stdout
+    assert Plan.load(tmp_path / "plan.json").options.forbid_devices == ()
+
+
+def test_a_slow_receive_on_the_loaded_core_leaves_it_out(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message to the loaded core arrives 30 ms late: the plan over both cores, if it uses cpu0 at
+    all, is slower as run than cpu1 alone, and the plan saved is cpu1's, which records cpu0 as forbidden."""
+    monkeypatch.setenv("PIPEPLAN_WAKE", str(_wake(30 * MS).save(tmp_path / "wake.json")))
+    out = tmp_path / "plan.json"
+    result = run(*ARGS, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    printed, chosen = _printed(result.stdout)
+    kept = run(*ARGS, "--keep-loaded", "--out", str(tmp_path / "kept.json"))
+    assert kept.returncode == 0, kept.stderr
+    over_all = Plan.load(tmp_path / "kept.json")
+    plan = Plan.load(out)
+    assert printed["all devices"] == pytest.approx(_as_run(over_all), abs=0.05)
+    assert printed["without the loaded cpu0"] == pytest.approx(_as_run(plan if chosen != "all devices" else
+                                                                       over_all), abs=0.05)
+    if "cpu0" in over_all.device_order():
+        assert chosen == "without the loaded cpu0"
+        assert printed["without the loaded cpu0"] > printed["all devices"]
+        assert plan.device_order() == ["cpu1"] and plan.options.forbid_devices == ("cpu0",)
+        assert "kept the plan over all the devices" in kept.stdout.replace("\n", " ")
+    else:  # the ILP left cpu0 out by itself: the two candidates are one plan
+        assert chosen == "all devices" and plan.device_order() == over_all.device_order()
+
+
+def test_the_plan_over_all_cores_stays_when_it_runs_faster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PIPEPLAN_WAKE", str(_wake(0.0).save(tmp_path / "wake.json")))
+    out = tmp_path / "plan.json"
+    result = run(*LONGER, "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    printed, chosen = _printed(result.stdout)
+    assert chosen == "all devices" and printed["all devices"] > printed["without the loaded cpu0"]
+    plan = Plan.load(out)
+    assert set(plan.device_order()) == {"cpu0", "cpu1"} and plan.options.forbid_devices == ()
+    assert _as_run(plan, LONGER) == pytest.approx(printed["all devices"], abs=0.05)
