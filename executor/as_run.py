@@ -7,12 +7,13 @@ co-runners that never sleep).  So the prediction of a run replays the executor's
 (:mod:`pipeplan.executor.schedule`) on the predicted times, microbatch by microbatch, the way its
 processes step through it:
 
-- ``gpipe``: a stage posts the receive of microbatch i when it is ready for it, runs it when the data
-  is there, posts its sends and goes on; at the end of a batch it waits until the next stage has
-  taken every send.  The first stage therefore runs a batch's microbatches back to back and then
-  waits for the slowest stage to take the last one: a loaded first stage gets one wake per batch.
-- ``1f1b``: the receive of i + 1 is posted before i runs, and a stage keeps at most ``in_flight``
-  sends untaken (default: the stages after it), waiting for the oldest before going on.
+- both schedules post the receive of microbatch i + 1 before i runs (the batch's first when the
+  stage starts the batch), run i when its data is there, and post its sends;
+- ``gpipe``: at the end of a batch a stage waits until the next stage has taken every send.  The
+  first stage therefore runs a batch's microbatches back to back and then waits for the slowest
+  stage to take the last one: a loaded first stage gets one wake per batch.
+- ``1f1b``: a stage also keeps at most ``in_flight`` sends untaken (default: the stages after it),
+  waiting for the oldest before going on.
 
 A send is taken when the receiver has posted its receive and the data has crossed
 (``max(send posted, receive posted) + transfer``, the plan's ``recv`` of the receiving stage, plus
@@ -79,7 +80,7 @@ def simulate_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: 
     if schedule not in ("gpipe", "1f1b"):
         raise ValueError(f"unknown schedule {schedule!r}: choose gpipe or 1f1b")
     k_stages, m = len(stages), microbatches
-    ahead = schedule == "1f1b"
+    bounded = schedule == "1f1b"
     clock = [0.0] * k_stages  # when each stage is free to go on
     last_end = [-_FIRST_WAIT] * k_stages
     send_posted: list[dict[int, float]] = [{} for _ in stages]  # stage → global microbatch → when
@@ -99,13 +100,13 @@ def simulate_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: 
         for i in range(m):
             mb = b * m + i
             for k, stage in enumerate(stages):
-                if k and (i == 0 or not ahead):  # gpipe posts each receive when ready; 1f1b the batch's first
+                if k and i == 0:  # the batch's first receive, when the stage starts the batch
                     recv_posted[k][mb] = clock[k]
                 arrival = clock[k] if k == 0 else taken(k - 1, mb)
                 start = max(clock[k], arrival)
                 if (b, i, k) == (warmup, 0, 0):
                     window_start = start
-                if ahead and k and i + 1 < m:
+                if k and i + 1 < m:
                     recv_posted[k][mb + 1] = start  # posted before microbatch i runs
                 compute = (wake.in_pipeline if k_stages > 1 else wake.woken_time)(
                     stage.idle, stage.loaded, start - last_end[k], stage.load)
@@ -116,7 +117,7 @@ def simulate_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: 
                     continue  # the last stage keeps its outputs
                 send_posted[k][mb] = clock[k]
                 pending[k].append(mb)
-                while ahead and len(pending[k]) > limit[k]:
+                while bounded and len(pending[k]) > limit[k]:
                     clock[k] = max(clock[k], taken(k, pending[k].popleft()))
                 if i + 1 == m:  # both schedules wait for a batch's sends at its end
                     while pending[k]:

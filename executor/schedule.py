@@ -6,16 +6,20 @@ record, for every microbatch, when the stage started and finished waiting for it
 it, and posting its output, on one clock shared by the stage processes:
 
 ``gpipe``
-    fill-drain per batch, exactly ``ScheduleGPipe``'s forward order: the receive of microbatch i is
-    posted when the stage is ready for it, and the sends of the batch are waited for at its end;
+    fill-drain per batch, ``ScheduleGPipe``'s forward order: the sends of the batch are waited for at
+    its end.  Unlike ``ScheduleGPipe``, which posts the receive of microbatch i when the stage is
+    ready for it, the receive of i + 1 is posted before i runs, as ``1f1b`` does: a send posted
+    before its receive leaves the sender's core only when the sender's communication thread gets
+    that core, and the sender is by then computing its next microbatch — on CPU cores gpipe's
+    stages of 0.5–2 ms spent as long in their transfers as in compute, and a batch ran 1.3–1.6×
+    faster with the receive posted early (``benchmarks/README.md``, issue 16);
 ``1f1b``
     the forward-only steady state of 1F1B (PipeDream-Flush, Narayanan et al., 2021): with no
     backward pass the order of work is GPipe's, and what 1F1B changes is how much a stage holds.
     A stage keeps at most ``in_flight`` microbatches' outputs unsent (default: the stages after it,
     1F1B's warm-up depth) and frees each one as soon as it is delivered, so activation memory is
-    bounded by the pipeline's depth instead of the number of microbatches; it also posts the
-    receive of microbatch i + 1 before running i, so the transfer overlaps the compute.  It helps
-    when M is large or memory is tight.
+    bounded by the pipeline's depth instead of the number of microbatches.  It helps when M is
+    large or memory is tight.
 
 Both are :class:`TimedSchedule`, a ``PipelineScheduleSingle`` that implements
 ``_step_microbatches``, the extension point that class documents.
@@ -44,8 +48,8 @@ SCHEDULES: tuple[ScheduleName, ...] = ("gpipe", "1f1b")
 class MicrobatchTiming:
     """When one stage did what for one microbatch, in seconds on the run's shared clock.
 
-    ``recv_start`` is when the stage began *waiting* for the microbatch's input (with ``1f1b`` the
-    receive was posted earlier); ``send_end`` is when its sends were posted, plus any wait for
+    ``recv_start`` is when the stage began *waiting* for the microbatch's input (the receive was
+    posted earlier, before the previous microbatch ran); ``send_end`` is when its sends were posted, plus any wait for
     earlier sends that the stage had to do before going on (``send_wait``).
     """
 
@@ -116,16 +120,16 @@ class TimedSchedule(PipelineScheduleSingle):
         self.doing = ("inferring shapes from", self.batch, 0)  # the first step runs microbatch 0 once more
         self._initialize_stage(arg_mbs[0], kwarg_mbs[0])
         stage, clock, m = self._stage, self.clock, self._n_microbatches
-        ahead = self.schedule == "1f1b"
+        bounded = self.schedule == "1f1b"  # at most in_flight sends untaken; gpipe waits at the batch's end
         pending: deque[tuple[int, list[dist.Work]]] = deque()
-        posted = _post(stage.get_fwd_recv_ops(0)) if ahead else []
+        posted = _post(stage.get_fwd_recv_ops(0))
         for i in range(m):
             recv_start = clock()
             self.doing = ("receiving", self.batch, i)
-            _wait(posted if ahead else _post(stage.get_fwd_recv_ops(i)))
+            _wait(posted)
             self.sync()
             recv_end = clock()
-            if ahead and i + 1 < m:
+            if i + 1 < m:  # posted before microbatch i runs, so that the transfer overlaps its compute
                 posted = _post(stage.get_fwd_recv_ops(i + 1))
             compute_start = clock()
             self.doing = ("running", self.batch, i)
@@ -138,7 +142,7 @@ class TimedSchedule(PipelineScheduleSingle):
             for j in ready:
                 pending.append((j, _post(stage.get_fwd_send_ops(j))))
             posted_at = clock()
-            while ahead and len(pending) > self.in_flight:
+            while bounded and len(pending) > self.in_flight:
                 done, works = pending.popleft()
                 _wait(works)
                 stage.fwd_cache.pop(done, None)  # delivered: the output need not be kept

@@ -69,17 +69,16 @@ def test_every_microbatch_pays_what_a_pipeline_stage_costs_beyond_its_module() -
 
 def test_the_replay_gives_a_batch_its_wall_time() -> None:
     """Two idle stages of 2 and 3 ms, four microbatches, gpipe: the second stage sets the pace (4 × 3 ms a
-    batch), and each batch's first microbatch waits for the first stage's 2 ms (the previous batch's
-    sends are taken only when the second stage is ready for its last one)."""
+    batch), and the first stage starts a batch once its last send is taken — when the second stage
+    starts the microbatch before it and posts that receive."""
     nothing = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[MS], penalty_fixed=[0.0],
                         penalty_rate=[0.0])
     replay = simulate_as_run(nothing, [StageLoad(2 * MS, 2 * MS), StageLoad(3 * MS, 3 * MS)], microbatches=4,
                              batches=8, warmup=2)
     assert replay.computes == pytest.approx([2 * MS, 3 * MS])
-    # batch b starts on the first stage at 12·b − 1 ms (b ≥ 1: when the second stage is ready for the
-    # last microbatch before) and ends on the second at 12·b + 14 ms: measured from batch 2's start (23)
-    # to batch 9's end (122), over 8 batches
-    assert replay.batch_seconds == pytest.approx((122 - 23) * MS / 8)
+    # batch b starts on the first stage at 12·b − 4 ms (b ≥ 2; batch 1 at 8) and ends on the second at
+    # 12·b + 14 ms: measured from batch 2's start (20) to batch 9's end (122), over 8 batches
+    assert replay.batch_seconds == pytest.approx((122 - 20) * MS / 8)
 
 
 def test_a_stage_on_a_loaded_core_receives_its_input_later() -> None:

@@ -79,8 +79,12 @@ def _answers(d: Deployment, samples: torch.Tensor) -> list[torch.Tensor]:
 def _assert_same(answers: list[torch.Tensor], model: torch.nn.Module, samples: torch.Tensor) -> None:
     with torch.no_grad():
         expected = model(samples)
+    # the same operators on the same weights, but not the same shapes: one sample at a time against the
+    # whole batch at once, and a CPU's matmul kernels may sum in another order for another shape (on the
+    # Xeon of family 6, model 207 the last bits differ), so equal up to fp32 reduction order
+    scale = float(expected.abs().max())
     for got, want in zip(answers, expected, strict=True):
-        assert torch.equal(got, want)  # the same operators on the same weights, one microbatch at a time
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5 * scale)
 
 
 def _lent_bytes() -> dict[str, int]:

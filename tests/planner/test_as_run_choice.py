@@ -25,8 +25,9 @@ SOLVER = SolverOptions(time_limit=10, seed=0)
 @pytest.fixture
 def wake_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
     def write(recv_delay: float) -> None:
-        wake = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS], penalty_fixed=[0.0, 0.0],
-                         penalty_rate=[0.0, 0.0], credit={"2xcompute": [0.0, 0.0]}, recv_delay={"2xcompute": recv_delay})
+        wake = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[1 * MS, 16 * MS],
+                         penalty_fixed=[0.0, 0.0], penalty_rate=[0.0, 0.0], credit={"2xcompute": [0.0, 0.0]},
+                         recv_delay={"2xcompute": recv_delay})
         monkeypatch.setenv("PIPEPLAN_WAKE", str(wake.save(tmp_path / f"wake-{recv_delay}.json")))
     return write
 
