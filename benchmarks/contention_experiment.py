@@ -4,7 +4,9 @@ On this machine's ``local-cpu`` cluster (one pipeline stage per CPU core), co-ru
 one core. The same model is planned twice with the ILP and the learned cost model: once knowing the
 load (contention-aware) and once assuming idle cores (contention-blind). Where this CPU has a wake
 model, a third plan is the one ``pipeplan plan`` chooses *as run* (:mod:`pipeplan.planner.as_run_choice`:
-the aware plan, or the plan without the loaded core where its replay predicts that one faster).
+the aware plan, or the plan without the loaded core where its replay predicts that one faster); the
+plan without the loaded core is then run too, whichever was chosen, to show whether the choice was
+right.
 The plans are then run for real by the executor with the co-runners started on the loaded core
 (used by the plan or not), taking turns so that all see the same machine; the table shows each
 plan's split, predicted and measured throughput, their ratio, and each stage's compute predicted
@@ -14,7 +16,7 @@ under the load against what was measured.
     python benchmarks/contention_experiment.py --model mlp --batch 64 --load 1xcompute --rounds 5
 
 Targets: aware ≥ 1.3× the blind plan's measured throughput; per-stage prediction error ≤ 15%.
-``--no-choice`` leaves the third plan out.
+``--no-choice`` leaves the plan without the loaded core out.
 """
 
 from __future__ import annotations
@@ -66,8 +68,10 @@ def main() -> None:
         "blind": solve(Problem(graph, idle, model, options), solver),
     }
     choice = None if args.no_choice else choose_as_run(aware_problem, solver, first=plans["aware"])
-    if choice is not None:
-        plans["as run"] = choice.plan
+    chosen = "aware"
+    if choice is not None and len(choice.candidates) > 1:  # run both, to see whether the choice was right
+        plans[f"without {args.device}"] = choice.candidates[1].plan
+        chosen = "aware" if choice.chosen is choice.candidates[0] else f"without {args.device}"
     # What each plan is predicted to do on the loaded cluster (the blind plan's own figures assume idle).
     predicted = {name: evaluate(aware_problem, plan.assignment(), plan.device_order()).bottleneck
                  for name, plan in plans.items()}
@@ -104,6 +108,11 @@ def main() -> None:
     for name in (n for n in plans if n != "blind"):
         ratio = statistics.median(throughput[name]) / statistics.median(throughput["blind"])
         console.print(f"{name} / blind measured throughput: {ratio:.2f}× (target ≥ 1.3×)")
+    if choice is not None:
+        best = max(plans, key=lambda n: statistics.median(throughput[n]))
+        gain = statistics.median(throughput[chosen]) / statistics.median(throughput["blind"])
+        verdict = "right" if best == chosen else f"wrong: {best} ran faster"
+        console.print(f"chosen as run: {chosen} ({verdict}); chosen / blind {gain:.2f}×")
 
     stages = Table(title="per stage: compute predicted under the run's load (back to back, and as run: waits "
                    "priced by the wake model) vs measured (median of the rounds)", title_justify="left")

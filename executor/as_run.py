@@ -16,8 +16,11 @@ processes step through it:
   waiting for the oldest before going on.
 
 A send is taken when the receiver has posted its receive and the data has crossed
-(``max(send posted, receive posted) + transfer``, the plan's ``recv`` of the receiving stage, plus
-the wake model's receive delay on a receiver's core under a load).  Each
+(``max(send posted, receive posted) + transfer``, the plan's ``recv`` of the receiving stage), plus
+the wake model's receive delay for each end on a core under a load: the receiver's threads wake for
+the data only when the scheduler lets them, and so do the sender's, which hand it over (gloo's
+transfers need both; a two-stage GPT-NeoX whose first stage shared its core with two compute
+co-runners spent 7.8 ms a microbatch in its sends, for 1.7 ms of compute).  Each
 microbatch's compute is the wake model's :meth:`~pipeplan.costmodel.wake.WakeModel.woken_time`
 after the time the stage spent since its previous compute ended, plus, where there are two stages
 or more, what a pipeline stage pays beyond its module's time
@@ -94,7 +97,7 @@ def simulate_as_run(wake: WakeModel, stages: Sequence[StageLoad], microbatches: 
         """When stage k + 1 has the data of stage k's send of microbatch ``mb`` (a receive not posted
         yet will be when stage k + 1 is next free: it has not reached that microbatch)."""
         return (max(send_posted[k][mb], recv_posted[k + 1].get(mb, clock[k + 1])) + stages[k + 1].recv
-                + wake.receive_delay(stages[k + 1].load))
+                + wake.receive_delay(stages[k + 1].load) + wake.receive_delay(stages[k].load))
 
     for b in range(warmup + batches):
         for i in range(m):

@@ -94,3 +94,20 @@ def test_a_stage_on_a_loaded_core_receives_its_input_later() -> None:
     assert delayed.receive_delay(TWO) == 2 * MS and delayed.receive_delay(None) == 0.0
     without = simulate_as_run(WAKE, stages, microbatches=1, batches=8)
     assert without.batch_seconds == pytest.approx((7 * 3 + 6) * MS / 8)  # the second stage sets the pace
+
+
+def test_a_message_from_a_loaded_core_waits_for_its_sender_too() -> None:
+    """The same two stages with the first on a core under 2×compute (its time unchanged, to isolate the
+    delay): each microbatch reaches the second stage 1 ms late, the sender's threads waking for the
+    hand-over.  Batch b starts at 13·b − 3 ms and ends at 13·b + 15 ms: (132 − 23) / 8 ms a batch."""
+    late = WakeModel(cpu="test cpu", measured_at="2026-11-24", sleeps=[MS], penalty_fixed=[0.0], penalty_rate=[0.0],
+                     credit={"2xcompute": [0.0]}, recv_delay={"2xcompute": 1 * MS})
+    loaded = Contention.parse("2xcompute")
+    replay = simulate_as_run(late, [StageLoad(2 * MS, 2 * MS, load=loaded), StageLoad(3 * MS, 3 * MS)],
+                             microbatches=4, batches=8, warmup=2)
+    assert replay.computes == pytest.approx([2 * MS, 3 * MS])
+    assert replay.batch_seconds == pytest.approx((132 - 23) * MS / 8)
+    # the delay belongs to the loaded core, whichever end it is: on the receiver it delays the same hand-over
+    swapped = simulate_as_run(late, [StageLoad(2 * MS, 2 * MS), StageLoad(3 * MS, 3 * MS, load=loaded)],
+                              microbatches=4, batches=8, warmup=2)
+    assert swapped.batch_seconds == pytest.approx(replay.batch_seconds)

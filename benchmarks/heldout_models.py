@@ -1,0 +1,49 @@
+"""A second held-out set: architectures no rule, cost model or benchmark of pipeplan had seen before.
+
+``model_profile.py``'s seven models have been scored by several rules since 2026-11-23 (cost models,
+the wake model, the as-run choice), so a rule fixed after looking at them cannot be judged on them.
+These three were written on 2026-11-24 after the as-run choice's last change (a message to or from
+a loaded core waits for both ends, ``executor/as_run.py``), and are scored once with it: small
+``transformers`` configs with random weights, batch 2, none in the zoo, ``tests/tiny_models.py``,
+the tuning set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
+(``benchmarks/heldout_models.py:qwen2``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+SEQ = 64
+
+
+def qwen2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Qwen2 decoder (grouped-query attention with biased q/k/v, SwiGLU, RMSNorm), 64 tokens."""
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(vocab_size=2000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256, use_cache=False)
+    return Qwen2ForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+def dinov2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer DINOv2 vision transformer (layer scale, interpolated position embeddings), 64×64 images."""
+    from transformers import Dinov2Config, Dinov2Model
+
+    config = Dinov2Config(image_size=64, patch_size=8, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                          mlp_ratio=4)
+    return Dinov2Model(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def squeezebert(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer SqueezeBERT masked LM (grouped 1-D convolutions in place of dense projections), 64 tokens."""
+    from transformers import SqueezeBertConfig, SqueezeBertForMaskedLM
+
+    config = SqueezeBertConfig(vocab_size=2000, hidden_size=128, embedding_size=128, num_hidden_layers=4,
+                               num_attention_heads=4, intermediate_size=512, max_position_embeddings=256)
+    return SqueezeBertForMaskedLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+MODELS = ("qwen2", "dinov2", "squeezebert")
