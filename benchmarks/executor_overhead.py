@@ -13,6 +13,11 @@ microbatches and GPipe schedule:
   turns (ABBA) on the same ``PipelineStage``, one fill-drain batch at a time from a barrier: the
   machine's other work hits both alike, so this isolates the executor's per-batch cost best.
 
+Since 2026-11-24 the executor's gpipe posts the receive of microbatch i + 1 before running i, where
+``ScheduleGPipe`` posts it when the stage is ready for it (``pipeplan.executor.schedule``): the
+figures of later runs hold that difference of schedule as well as the executor's own cost, and
+short stages can come out faster than torch's.
+
 Each run measures the wall time of the same measured batches (after warm-up), from a barrier to
 the last stage's end, on the clock the stages share, and the CPU time the stage processes used in
 that window (all their threads: compute, gloo, and the executor's own bookkeeping), which other

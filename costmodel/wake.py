@@ -31,7 +31,10 @@ two-stage pipeline of the reference workload measured beyond its modules' back-t
 stage coming back to its module after its schedule's own work, and running beside the other stage;
 less what a stage's figures already hold: :meth:`WakeModel.in_pipeline`); and a stage on a core
 under a load receives its input ``recv_delay`` later (its threads wake only when the scheduler lets
-them; measured with two real processes, :meth:`WakeModel.receive_delay`).
+them; measured with two real processes, :meth:`WakeModel.receive_delay`).  The replay
+(:mod:`pipeplan.executor.as_run`) charges the same delay where the *sender* is on a loaded core,
+whose threads must also wake to hand a message over; that is not measured separately but assumed
+(a first stage beside two compute co-runners, in a real run, spent 7.8 ms a microbatch in its sends).
 
 :meth:`WakeModel.in_pipeline` is the whole of it for one microbatch.
 

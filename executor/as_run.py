@@ -145,12 +145,12 @@ def predict_as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[
 
 def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[AsRun, WakeModel] | None:
     """What ``plan`` should do when run here with ``schedule``: its stages replayed with this CPU's wake
-    model, for a plan of CPU devices of pinned cores that borrows no memory; None otherwise (no wake
-    model, GPUs).  A stage's idle time is its planned compute scaled by the cost model's idle ÷ loaded
-    ratio, so that a device's calibration factor carries over."""
+    model, for a plan of CPU devices of pinned cores on one host that borrows no memory; None
+    otherwise (no wake model, GPUs, several hosts).  A stage's idle time is its planned compute scaled
+    by the cost model's idle ÷ loaded ratio, so that a device's calibration factor carries over."""
     devices = [problem.cluster.device(s.device) for s in plan.stages]
-    if plan.harvest is not None or any(d.cores is None for d in devices):
-        return None
+    if plan.harvest is not None or any(d.cores is None for d in devices) or len({d.host for d in devices}) > 1:
+        return None  # this CPU's wake model says nothing of GPUs, borrowed memory, other hosts or the network
     wake, _ = _this_cpus_wake_model()
     if wake is None:
         return None

@@ -48,9 +48,10 @@ SCHEDULES: tuple[ScheduleName, ...] = ("gpipe", "1f1b")
 class MicrobatchTiming:
     """When one stage did what for one microbatch, in seconds on the run's shared clock.
 
-    ``recv_start`` is when the stage began *waiting* for the microbatch's input (the receive was
-    posted earlier, before the previous microbatch ran); ``send_end`` is when its sends were posted, plus any wait for
-    earlier sends that the stage had to do before going on (``send_wait``).
+    ``recv_start`` is when the stage began *waiting* for the microbatch's input (its receive was
+    posted before the previous microbatch ran, or for a batch's first when the batch began);
+    ``send_end`` is when its sends were posted, plus any wait for earlier sends that the stage had
+    to do before going on (``send_wait``).
     """
 
     batch: int

@@ -93,7 +93,7 @@ def cmd_plan(args: argparse.Namespace) -> None:
     if harvest is not None:
         _print_harvest(console, plan)
     else:
-        problem, plan = _choose_as_run(console, problem, solver, plan, args.keep_loaded)
+        plan = _choose_as_run(console, problem, solver, plan, args.keep_loaded)
         console.print(plan_table(plan))
     if args.out:
         plan.save(args.out)
@@ -106,23 +106,24 @@ def cmd_plan(args: argparse.Namespace) -> None:
 
 
 def _choose_as_run(console: Console, problem: Problem, solver: SolverOptions, plan: Plan,
-                   keep_loaded: bool) -> tuple[Problem, Plan]:
+                   keep_loaded: bool) -> Plan:
     """On CPU cores with a wake model: the ILP's plan, or the plan without the loaded cores where its
-    replay predicts that one faster (:mod:`pipeplan.planner.as_run_choice`); each candidate's
-    throughput as run is printed.  Elsewhere the ILP's plan, unchanged."""
+    replay predicts that one faster (:mod:`pipeplan.planner.as_run_choice`; a second ILP solve, up to
+    the same time limit); each candidate's throughput as run is printed.  Elsewhere the ILP's plan,
+    unchanged."""
     from pipeplan.planner.as_run_choice import choose_as_run
 
     choice = choose_as_run(problem, solver, first=plan)
     if choice is None:
-        return problem, plan
+        return plan
     console.print(choice.summary())
     if choice.chosen is choice.candidates[0]:
-        return problem, plan
+        return plan
     if keep_loaded:
         console.print("kept the plan over all the devices, as --keep-loaded asks")
-        return problem, plan
+        return plan
     console.print("(--keep-loaded keeps the plan over all the devices)")
-    return choice.chosen.problem, choice.plan
+    return choice.plan
 
 
 def _show_comparison(console: Console, problem: Problem, solver: SolverOptions, png: str,

@@ -90,3 +90,64 @@ def test_no_choice_without_a_wake_model_or_on_gpus(tmp_path: Path, wake_file) ->
     gpus = load_cluster("hetero-a100-t4")
     gpus = gpus.with_load(gpus.devices[0].id, Contention.parse("2xcompute"))
     assert choose_as_run(Problem(capture_model("tinygpt", 8), gpus, RooflineModel()), SOLVER) is None
+
+
+def test_a_plan_without_the_loaded_core_keeps_the_options_as_asked(tmp_path: Path, wake_file) -> None:  # type: ignore[no-untyped-def]
+    wake_file(50 * MS)
+    problem = _cores(tmp_path)
+    choice = choose_as_run(problem, SOLVER)
+    assert choice is not None and choice.chosen is choice.candidates[1]
+    first, plan = choice.candidates[0].plan, choice.plan
+    assert plan.assignment() == choice.chosen.plan.assignment() and plan.options == problem.options
+    assert plan.certificate.status == "FEASIBLE" and plan.certificate.best_bound == first.certificate.best_bound
+    assert plan.bottleneck >= first.bottleneck  # the ILP's optimum over every core, back to back
+    assert plan.certificate.details["as_run"]["chosen"] == "without the loaded cpu0"
+    assert set(plan.certificate.details["as_run"]["samples_per_second"]) == {"all devices", "without the loaded cpu0"}
+
+
+def test_only_the_throughput_objective_is_chosen_as_run(tmp_path: Path, wake_file) -> None:  # type: ignore[no-untyped-def]
+    wake_file(50 * MS)
+    problem = _cores(tmp_path)
+    latency = Problem(problem.graph, problem.cluster, problem.costmodel,
+                      PlanOptions(microbatches=4, objective="latency"))
+    assert choose_as_run(latency, SOLVER) is None
+
+
+def test_a_pin_on_the_loaded_core_leaves_one_candidate_and_says_why(tmp_path: Path, wake_file) -> None:  # type: ignore[no-untyped-def]
+    wake_file(50 * MS)
+    problem = _cores(tmp_path)
+    pinned = Problem(problem.graph, problem.cluster, problem.costmodel,
+                     PlanOptions(microbatches=4, pins=((problem.layers[0], "cpu0"),)))
+    choice = choose_as_run(pinned, SOLVER)
+    assert choice is not None and len(choice.candidates) == 1 and choice.plan is choice.candidates[0].plan
+    assert choice.skipped is not None and choice.skipped.startswith("without the loaded cpu0: no plan (")
+    assert choice.skipped in choice.summary()
+
+
+def test_devices_forbidden_twice_or_already_left_out_are_not_counted_again(tmp_path: Path, wake_file) -> None:  # type: ignore[no-untyped-def]
+    wake_file(50 * MS)
+    problem = _cores(tmp_path)
+    twice = Problem(problem.graph, problem.cluster, problem.costmodel,
+                    PlanOptions(microbatches=4, forbid_devices=("cpu2", "cpu2")))
+    assert loaded_devices(twice) == ["cpu0"]
+    choice = choose_as_run(twice, SOLVER)
+    assert choice is not None and [c.label for c in choice.candidates] == ["all devices", "without the loaded cpu0"]
+    assert choice.candidates[1].plan.device_order() == ["cpu1"]
+    gone = Problem(problem.graph, problem.cluster, problem.costmodel, PlanOptions(microbatches=4,
+                                                                                  forbid_devices=("cpu0",)))
+    assert loaded_devices(gone) == []
+    left = choose_as_run(gone, SOLVER)
+    assert left is not None and len(left.candidates) == 1 and left.skipped is None
+
+
+def test_cores_on_two_hosts_are_not_replayed(tmp_path: Path, wake_file) -> None:  # type: ignore[no-untyped-def]
+    """This CPU's wake model says nothing of another host's cores or of the network between."""
+    wake_file(50 * MS)
+    spec = write_core_cluster(tmp_path / "cores.yaml", 3, name="cores", cores=[0, 1, 2])
+    lines = [line.replace("host: localhost", "host: other") if "id: cpu2" in line else line
+             for line in spec.read_text().splitlines()]
+    spec.write_text("\n".join([*lines, "  inter_host: {bandwidth: 1GB/s, latency: 100us}", ""]))
+    cluster = load_cluster(str(spec)).with_load("cpu0", Contention.parse("2xcompute"))
+    assert {d.host for d in cluster.devices} == {"localhost", "other"}
+    assert choose_as_run(Problem(capture_model("tinygpt", 8), cluster, RooflineModel(),
+                                 PlanOptions(microbatches=4)), SOLVER) is None
