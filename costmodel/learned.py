@@ -58,7 +58,7 @@ from pipeplan.costmodel.estimators import (
 )
 from pipeplan.costmodel.evaluation import coverage, evaluate_split, judgement
 from pipeplan.costmodel.graph import Layer
-from pipeplan.costmodel.hardware import Contention, Device, cpu_model, same_cpu
+from pipeplan.costmodel.hardware import NAME_ONLY_DESIGNS, Contention, Device, cpu_model, same_cpu
 from pipeplan.costmodel.in_model import InModelCorrection, family_cross_validation
 from pipeplan.costmodel.smooth import gps_from_npz, gps_to_npz
 from pipeplan.errors import UserError
@@ -217,9 +217,10 @@ class LearnedCostModel(CostModel):
         if self._warned_cpu or device.cores is None or not profiled or any(map(same_cpu, profiled)):
             return
         self._warned_cpu = True
+        shown = [repr(NAME_ONLY_DESIGNS.get(n, n)) for n in profiled]  # a name alone, with its known design
         log.warning("cost model %r was profiled on %s, but this machine's CPU is %r: its times for %r "
                     "describe that CPU; for this one run `pipeplan profile` and `pipeplan costmodel train`",
-                    self.name, " and ".join(repr(n) for n in profiled), cpu_model(), device.type)
+                    self.name, " and ".join(shown), cpu_model(), device.type)
 
     # -- files --------------------------------------------------------------------------------------
     def save(self, path: str | Path) -> None:

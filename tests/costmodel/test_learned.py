@@ -16,7 +16,7 @@ from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.cluster import load_cluster
 from pipeplan.costmodel.dataset import read_dataset
 from pipeplan.costmodel.estimators import held_out_split
-from pipeplan.costmodel.hardware import Contention, Device, cpu_model, cpu_name
+from pipeplan.costmodel.hardware import NAME_ONLY_DESIGNS, Contention, Device, cpu_model
 from pipeplan.costmodel.learned import LearnedCostModel, ModelFileError
 from pipeplan.costmodel.registry import SHIPPED, SHIPPED_DATASET, SHIPPED_MODEL, load_cost_model, shipped_for
 from pipeplan.costmodel.zoo import capture_model
@@ -82,7 +82,7 @@ def test_an_unprofiled_device_gets_the_roofline_times_the_learned_slowdown(train
     assert trained.layer_time(layer, gpu, Contention(corunners=1, kind="compute")) > roofline
 
 
-def test_a_cpu_other_than_the_profiled_one_is_named_in_one_warning(trained, caplog) -> None:
+def test_a_cpu_other_than_the_profiled_one_is_named_in_one_warning(trained, caplog, monkeypatch) -> None:
     cpu = load_cluster("local-cpu").devices[0]
     layer = capture_model("mlp", 8).layers[0]
     elsewhere = dataclasses.replace(trained, meta={**trained.meta, "device_names": ["Some Other CPU 9000"]})
@@ -93,8 +93,13 @@ def test_a_cpu_other_than_the_profiled_one_is_named_in_one_warning(trained, capl
     assert len(warned) == 1 and "'Some Other CPU 9000'" in warned[0] and repr(cpu_model()) in warned[0]
     assert first == trained.layer_time(layer, cpu)  # a warning, not another prediction
     caplog.clear()
-    here = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_model()]})
-    legacy = dataclasses.replace(trained, meta={**trained.meta, "device_names": [cpu_name()]})  # name only
+    import pipeplan.costmodel.hardware as hardware
+
+    # a CPU whose name no known design stands behind (the Xeon's does: the test below)
+    monkeypatch.setattr(hardware, "cpu_name", lambda: "Test CPU")
+    monkeypatch.setattr(hardware, "cpu_model", lambda: "Test CPU (cpu family 1, model 2, stepping 3)")
+    here = dataclasses.replace(trained, meta={**trained.meta, "device_names": [hardware.cpu_model()]})
+    legacy = dataclasses.replace(trained, meta={**trained.meta, "device_names": ["Test CPU"]})  # name only
     with caplog.at_level(logging.WARNING, logger="pipeplan.costmodel.learned"):
         here.layer_time(layer, cpu)
         legacy.layer_time(layer, cpu)
@@ -191,6 +196,7 @@ def test_each_shipped_model_was_trained_on_its_dataset_profiled_on_its_cpu_and_i
     ("AMD EPYC", "AMD EPYC (cpu family 25, model 17, stepping 1)", "epyc-zen4"),  # the other "AMD EPYC"
     ("AMD EPYC", "AMD EPYC (cpu family 25, model 1, stepping 1)", "xeon"),  # a third one: the fallback
     ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 143, stepping 8)", "xeon"),
+    ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 167, stepping 1)", "xeon"),
 ])
 def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, expected) -> None:
     import pipeplan.costmodel.hardware as hardware
@@ -198,6 +204,27 @@ def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, exp
     monkeypatch.setattr(hardware, "cpu_name", lambda: name)
     monkeypatch.setattr(hardware, "cpu_model", lambda: model)
     assert shipped_for().name == expected
+
+
+def test_the_shipped_xeon_profile_is_one_xeon_not_every_cpu_of_that_name(monkeypatch, trained, caplog) -> None:
+    """Its rows give the name alone; the design it was taken on (model 167) decides.  A Xeon of model
+    207 falls back to it all the same, but is told, and its own probe counts (``registry._probed_here``)."""
+    import pipeplan.costmodel.hardware as hardware
+    from pipeplan.costmodel.hardware import same_cpu
+
+    name = "Intel(R) Xeon(R) Processor"
+    monkeypatch.setattr(hardware, "cpu_name", lambda: name)
+    monkeypatch.setattr(hardware, "cpu_model", lambda: f"{name} (cpu family 6, model 167, stepping 7)")
+    assert same_cpu(name) and shipped_for().name == "xeon"
+    monkeypatch.setattr(hardware, "cpu_model", lambda: f"{name} (cpu family 6, model 207, stepping 2)")
+    assert not same_cpu(name) and not same_cpu(NAME_ONLY_DESIGNS[name])
+    assert shipped_for() is SHIPPED[0] and SHIPPED[0].cpu == name  # the fallback, now as a fallback
+    cpu = load_cluster("local-cpu").devices[0]
+    legacy = dataclasses.replace(trained, meta={**trained.meta, "device_names": [name]})
+    with caplog.at_level(logging.WARNING, logger="pipeplan.costmodel.learned"):
+        legacy.layer_time(capture_model("mlp", 8).layers[0], cpu)
+    warned = [r.getMessage() for r in caplog.records if r.name == "pipeplan.costmodel.learned"]
+    assert len(warned) == 1 and "model 207" in warned[0] and "(cpu family 6, model 167)'" in warned[0]
 
 
 def test_coverage_counts_rows_and_held_out_configurations_per_kind(trained, training_rows) -> None:
