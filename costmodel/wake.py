@@ -50,7 +50,7 @@ import json
 import math
 import os
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -176,9 +176,7 @@ class WakeModel:
     def from_dict(cls, doc: dict[str, Any]) -> WakeModel:
         if doc.get("format") != FORMAT:
             raise WakeError(f"not a wake model (format {doc.get('format')!r}, expected {FORMAT!r})")
-        names = ("cpu", "measured_at", "sleeps", "penalty_fixed", "penalty_rate", "credit", "stage_fixed", "stage_rate",
-                 "recv_delay", "grid",
-                 "fit_error")
+        names = [f.name for f in fields(cls) if f.name != "source"]  # where it was read from is not in the file
         try:
             return cls(**{k: doc[k] for k in names if k in doc})
         except TypeError as exc:

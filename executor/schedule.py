@@ -11,8 +11,8 @@ it, and posting its output, on one clock shared by the stage processes:
     ready for it, the receive of i + 1 is posted before i runs, as ``1f1b`` does: a send posted
     before its receive leaves the sender's core only when the sender's communication thread gets
     that core, and the sender is by then computing its next microbatch — on CPU cores gpipe's
-    stages of 0.5–2 ms spent as long in their transfers as in compute, and a batch ran 1.3–1.6×
-    faster with the receive posted early (``benchmarks/README.md``, issue 16);
+    stages of 0.5–2 ms spent as long in their transfers as in compute, and reference pipelines ran
+    3–53% faster with the receive posted early in 14 of 15 cases (``benchmarks/README.md``, issue 16);
 ``1f1b``
     the forward-only steady state of 1F1B (PipeDream-Flush, Narayanan et al., 2021): with no
     backward pass the order of work is GPipe's, and what 1F1B changes is how much a stage holds.

@@ -115,11 +115,13 @@ def _on_problem_as_asked(problem: Problem, first: Plan, chosen: AsRunCandidate, 
     """The chosen candidate's assignment scored on ``problem`` itself (its options, not the
     candidate's extra ``forbid_devices``), certified as what it is: a feasible plan, with the first
     plan's bound, and the choice in its details."""
-    from pipeplan.planner.simulate import evaluate, make_plan
+    from pipeplan.planner.simulate import make_plan
 
     found = chosen.plan
     order = found.device_order()
-    objective = evaluate(problem, found.assignment(), order).bottleneck
+    # the candidate's problem differs only in forbidden devices, which constrain a plan but price
+    # nothing: its bottleneck is the one on the problem as asked
+    objective = found.bottleneck
     bound = first.certificate.best_bound
     details: dict[str, Any] = {**found.certificate.details, "as_run": {
         "chosen": chosen.label, "schedule": schedule,
