@@ -22,6 +22,7 @@ Targets: aware ≥ 1.3× the blind plan's measured throughput; per-stage predict
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
 from dataclasses import replace
@@ -35,11 +36,12 @@ from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
 from pipeplan.executor import RunOptions, RunReport, run_plan
+from pipeplan.executor.as_run import plan_stage_loads
 from pipeplan.planner.as_run_choice import choose_as_run
 from pipeplan.planner.ilp import SolverOptions, solve
 from pipeplan.planner.plan import Plan
 from pipeplan.planner.problem import PlanOptions, Problem
-from pipeplan.planner.simulate import evaluate
+from pipeplan.planner.simulate import evaluate, make_plan
 
 
 def main() -> None:
@@ -53,6 +55,8 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="measured batches per run (10)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of runs, each plan once per round (3)")
     parser.add_argument("--no-choice", action="store_true", help="leave out the plan chosen as run")
+    parser.add_argument("--json", metavar="FILE", help="append this experiment's figures to FILE as one JSON "
+                        "line: each plan's stages as the replay takes them, measured throughput and computes")
     args = parser.parse_args()
     console = Console(width=150)
 
@@ -139,6 +143,28 @@ def main() -> None:
     for note in notes:
         console.print(f"note: {note}")
     console.print(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    if args.json:
+        _append_json(args, aware_problem, plans, chosen, throughput, measured)
+
+
+def _append_json(args: argparse.Namespace, problem: Problem, plans: dict[str, Plan], chosen: str,
+                 throughput: dict[str, list[float]], measured: dict[tuple[str, int], list[float]]) -> None:
+    """One line of figures for replaying the experiment offline (``executor.as_run.simulate_as_run``)."""
+    record = {"model": args.model, "batch": args.batch, "device": args.device, "load": args.load,
+              "microbatches": args.microbatches, "batches": args.batches, "chosen": chosen, "plans": {}}
+    for name, plan in plans.items():
+        # every plan as it runs on the loaded cluster: the blind plan's own figures assume idle cores
+        as_asked = make_plan(problem, plan.assignment(), plan.certificate, order=plan.device_order())
+        stages = plan_stage_loads(problem, as_asked) or []
+        record["plans"][name] = {
+            "devices": plan.device_order(),
+            "stages": [{"idle": s.idle, "loaded": s.loaded, "recv": s.recv,
+                        "load": s.load.describe() if s.load is not None else None} for s in stages],
+            "throughput": throughput[name],
+            "computes": [measured[(name, k)] for k in range(len(plan.stages))],
+        }
+    with open(args.json, "a") as sink:
+        sink.write(json.dumps(record) + "\n")
 
 
 def _run_loaded(plan: Plan, cluster: Cluster, args: argparse.Namespace) -> RunReport:

@@ -47,3 +47,38 @@ def squeezebert(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 MODELS = ("qwen2", "dinov2", "squeezebert")
+
+
+# A third held-out set, written on 2026-11-24 at 14:20 UTC while the wake probe measured the share of
+# its credit a loaded stage earns in a pipeline (``costmodel/wake_pipeline.py``), and scored once
+# after that rule was fixed on the development models: the two sets above had been run by then.
+
+
+def gpt_bigcode(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer GPTBigCode decoder (multi-query attention, learned positions, GELU MLP), 64 tokens."""
+    from transformers import GPTBigCodeConfig, GPTBigCodeForCausalLM
+
+    config = GPTBigCodeConfig(vocab_size=2000, n_positions=256, n_embd=128, n_layer=4, n_head=4,
+                              multi_query=True, use_cache=False)
+    return GPTBigCodeForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+def convbert(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer ConvBERT masked LM (span-based dynamic convolution heads beside self-attention), 64 tokens."""
+    from transformers import ConvBertConfig, ConvBertForMaskedLM
+
+    config = ConvBertConfig(vocab_size=2000, hidden_size=128, embedding_size=128, num_hidden_layers=4,
+                            num_attention_heads=4, intermediate_size=512, max_position_embeddings=256)
+    return ConvBertForMaskedLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+def pvt_v2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-stage PVTv2 (overlapping patch embeddings, spatial-reduction attention, depthwise-conv MLP), 64×64 images."""
+    from transformers import PvtV2Config, PvtV2Model
+
+    config = PvtV2Config(image_size=64, hidden_sizes=[32, 64, 128, 160], depths=[1, 1, 1, 1],
+                         num_attention_heads=[1, 2, 4, 5])
+    return PvtV2Model(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+THIRD = ("gpt_bigcode", "convbert", "pvt_v2")

@@ -258,9 +258,10 @@ def cmd_wake(args: argparse.Namespace) -> None:
     console.print(table)
     fit = ", ".join(f"{name} {err:.0%}" for name, err in model.fit_error.items())
     delays = ", ".join(f"{level} +{delay * 1e3:.2f} ms" for level, delay in model.recv_delay.items())
+    shares = ", ".join(f"{level} {share:.0%}" for level, share in model.pipeline_credit.items())
     extra = (f"a pipeline stage's microbatch takes {model.stage_fixed * 1e3:.3f} ms + {model.stage_rate:.1%} beyond "
-             f"its module's back-to-back time, and its input arrives later on a loaded core ({delays}; cores "
-             f"{pipeline[0]} and {pipeline[1]}); " if pipeline
+             f"its module's back-to-back time, its input arrives later on a loaded core ({delays}), and there it "
+             f"earns this share of the credit x ({shares}; cores {pipeline[0]} and {pipeline[1]}); " if pipeline
              else "the pipeline part was skipped (it needs two cores); ")
     console.print(f"{extra}fit error (log RMS) {fit}; measured on core {args.core} in "
                   f"{time.monotonic() - started:.0f} s; written to {path}. `pipeplan run` now prices each stage's "
@@ -345,7 +346,7 @@ def register(sub: Any) -> None:
     pr.add_argument("--out", metavar="PROBE.json", help="where to write it (default: this CPU's probe in the user "
                     "data directory, or $PIPEPLAN_PROBE_DIR)")
     pr.set_defaults(func=cmd_probe)
-    wk = cm.add_parser("wake", help="how this CPU runs a stage that waited for its input, in about a minute",
+    wk = cm.add_parser("wake", help="how this CPU runs a stage that waited for its input, in a few minutes",
                        description="Time a reference workload on one core after sleeps of 0.5–16 ms and back to "
                        "back, idle and under co-runners, and fit this CPU's wake model: the idle penalty after a "
                        "wait and the full-speed credit a woken task gets on a shared core. `pipeplan run` "
@@ -355,8 +356,10 @@ def register(sub: Any) -> None:
     wk.add_argument("--levels", default="2xcompute,1xcompute", metavar="L,L",
                     help="loads that share the core, made by co-runners (default 2xcompute,1xcompute)")
     wk.add_argument("--repeats", type=int, default=30, metavar="N", help="timed calls per cell (30)")
-    wk.add_argument("--no-pipeline", action="store_true", help="skip the two-stage pipeline of the reference "
-                    "workload that measures what a stage pays per microbatch (it uses this core and the next)")
+    wk.add_argument("--no-pipeline", action="store_true", help="skip the two-stage pipelines of the reference "
+                    "workload that measure what a stage pays per microbatch, how late its input arrives on a "
+                    "loaded core and how much credit it earns there (they use this core and the next; about "
+                    "40 s per load)")
     wk.add_argument("--out", metavar="WAKE.json", help="where to write it (default: this CPU's wake model in the "
                     "user data directory, or $PIPEPLAN_WAKE_DIR)")
     wk.set_defaults(func=cmd_wake)

@@ -26,7 +26,10 @@ under its load then takes, woken after ``S``::
     t  = w'·s                                    if the load shares no core time (idle, s ≈ 1)
     t  = min(w', x(S)) + max(0, w' − x(S))·s     otherwise (x of the probed load nearest the stage's)
 
-and, in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
+where, in a pipeline, a stage earns only the share ``pipeline_credit`` of ``x`` measured for its
+load on the probe's reference pipelines (:mod:`pipeplan.costmodel.wake_pipeline`: about a quarter
+beside two compute co-runners on the project's Zen 4 VM; the whole where a file has no share); and,
+in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
 two-stage pipeline of the reference workload measured beyond its modules' back-to-back times (the
 stage coming back to its module after its schedule's own work, and running beside the other stage;
 less what a stage's figures already hold: :meth:`WakeModel.in_pipeline`); and a stage on a core
@@ -89,6 +92,8 @@ class WakeModel:
     stage_fixed: float = 0.0
     stage_rate: float = 0.0
     recv_delay: dict[str, float] = field(default_factory=dict)  # load → extra seconds for a message to arrive
+    # load → share of the credit a stage in a pipeline earns (measured on reference pipelines; 1 where not)
+    pipeline_credit: dict[str, float] = field(default_factory=dict)
     grid: dict[str, list[list[float]]] = field(default_factory=dict)
     fit_error: dict[str, float] = field(default_factory=dict)  # level → RMS of log residuals
     source: str = ""
@@ -106,6 +111,10 @@ class WakeModel:
         for level, credits in self.credit.items():
             if len(credits) != n or min(credits, default=0.0) < 0:
                 raise WakeError(f"load {level!r} needs one credit ≥ 0 per probed sleep ({n}), got {credits}")
+        for level, share in self.pipeline_credit.items():
+            if not 0.0 <= share <= 1.0:
+                raise WakeError(f"load {level!r}: a pipeline stage earns a share of the credit between 0 and 1, "
+                                f"got {share}")
 
     # --- prediction -----------------------------------------------------------------------------
     def _at(self, values: Sequence[float], sleep: float) -> float:
@@ -135,9 +144,11 @@ class WakeModel:
         count = load.corunners or 1  # a measured utilisation: one co-runner's worth
         return min(probed, key=lambda p: (p[1].kind != load.kind, abs(p[1].corunners - count)))[0]
 
-    def woken_time(self, idle: float, loaded: float, sleep: float, load: Contention | None = None) -> float:
+    def woken_time(self, idle: float, loaded: float, sleep: float, load: Contention | None = None,
+                   share: float = 1.0) -> float:
         """Seconds for work of back-to-back time ``idle`` on an idle core and ``loaded`` under ``load``,
-        started after sleeping ``sleep`` seconds (see the module's formula)."""
+        started after sleeping ``sleep`` seconds (see the module's formula), earning ``share`` of the
+        probed credit."""
         if idle <= 0:
             return max(loaded, 0.0)
         a, b = self.penalty(sleep)
@@ -146,20 +157,23 @@ class WakeModel:
         level = self.level_for(load)
         if slowdown <= _TIME_SHARED or level is None:
             return woken * slowdown
-        credit = self._at(self.credit[level], sleep)
+        credit = self._at(self.credit[level], sleep) * share
         return min(woken, credit) + max(0.0, woken - credit) * slowdown
 
     def in_pipeline(self, idle: float, loaded: float, sleep: float, load: Contention | None = None) -> float:
-        """:meth:`woken_time` plus what a pipeline stage pays per microbatch beyond its module's time.
+        """:meth:`woken_time` with the share of the credit a pipeline stage earns under its load
+        (``pipeline_credit``), plus what a pipeline stage pays per microbatch beyond its module's time.
 
         Two parts of that extra are already in the figures for some stages, and are not charged twice:
         the fixed part is a cold return to the module, and a wait's idle penalty ``a(S)`` is one too
         (a stage pays the larger); the rate is running beside other work, which a stage on a core
         whose time it shares with co-runners already does in its loaded back-to-back time.
         """
-        woken = self.woken_time(idle, loaded, sleep, load)
+        level = self.level_for(load)
+        share = self.pipeline_credit.get(level, 1.0) if level is not None else 1.0
+        woken = self.woken_time(idle, loaded, sleep, load, share)
         fixed = max(0.0, self.stage_fixed - self.penalty(sleep)[0])
-        shared = idle > 0 and loaded / idle > _TIME_SHARED and self.level_for(load) is not None
+        shared = idle > 0 and loaded / idle > _TIME_SHARED and level is not None
         return woken + fixed + (0.0 if shared else self.stage_rate * woken)
 
     def receive_delay(self, load: Contention | None) -> float:

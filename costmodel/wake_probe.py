@@ -16,22 +16,18 @@ evaluation uses; the model's figures on real pipelines are in ``benchmarks/READM
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 import torch
-from torch import nn
 
 from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.profile import pinned
 from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
 
-__all__ = ["CHAIN_LENGTHS", "SLEEPS", "ReferenceBlocks", "fit_wake", "measure_grid", "measure_recv_delay",
-           "measure_stage_extra", "run_wake_probe"]
+__all__ = ["CHAIN_LENGTHS", "SLEEPS", "fit_wake", "measure_grid", "run_wake_probe"]
 
 CHAIN_LENGTHS = (1, 3, 6, 12, 20)  # MLP blocks per timed call: about 0.5 to 10 ms on the project's VMs
 SLEEPS = (0.0005, 0.001, 0.002, 0.004, 0.008, 0.016)  # seconds waited before a call (0: back to back)
@@ -154,154 +150,12 @@ def fit_wake(grid: dict[str, dict[int, dict[float, float]]], cpu: str | None = N
     return model
 
 
-class ReferenceBlocks(nn.Module):
-    """The probe's reference workload as a model: ``n`` MLP blocks (256 → 1024 → 256, GELU)."""
-
-    def __init__(self, n: int) -> None:
-        super().__init__()
-        self.blocks = nn.Sequential(*(nn.Sequential(nn.Linear(256, 1024), nn.GELU(), nn.Linear(1024, 256))
-                                      for _ in range(n)))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.blocks(x)
-
-
-def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 4, 8), batches: int = 16,
-                        progress: Callable[[str], None] | None = None) -> tuple[float, float]:
-    """What a pipeline stage's microbatch takes beyond its module's back-to-back time, on two idle
-    cores, as ``(fixed seconds, rate)``: extra = fixed + rate × back-to-back time.
-
-    The reference workload of each size in ``blocks`` is cut in two and run for real by the executor
-    (gloo, one process per core, gpipe, 4 microbatches); each stage's measured compute is set against
-    the same stage module timed back to back in this process on the same core, and the two terms are
-    fitted to the pairs (least squares, each ≥ 0).  The fixed part is the stage coming back to its
-    module after its schedule's own work (sub-millisecond stages feel it); the rate, running beside
-    the other stage, which shares the machine's caches and memory (issue 16)."""
-    import tempfile
-    from pathlib import Path
-
-    from pipeplan.costmodel.capture import capture_program
-    from pipeplan.costmodel.cluster import load_cluster
-    from pipeplan.costmodel.cluster_detect import write_core_cluster
-    from pipeplan.executor import RunOptions, run_plan
-    from pipeplan.executor.stages import split_program
-    from pipeplan.planner.plan import Certificate
-    from pipeplan.planner.problem import PlanOptions, Problem
-    from pipeplan.planner.simulate import make_plan
-
-    if len(cores) < 2 or cores[0] == cores[1]:
-        raise WakeError(f"the pipeline part of the wake probe needs two distinct cores, got {list(cores)}")
-    alone_times: list[float] = []
-    extra: list[float] = []
-    with tempfile.TemporaryDirectory() as folder:
-        spec = write_core_cluster(Path(folder) / "wake.yaml", 2, name="wake-probe", cores=list(cores[:2]))
-        for n in blocks:
-            gen = torch.Generator().manual_seed(0)
-            torch.manual_seed(0)
-            model, x = ReferenceBlocks(n).eval(), torch.randn(32, 256, generator=gen)
-            captured = capture_program(model, (x,))
-            names = [layer.name for layer in captured.graph.layers]
-            cut = 3 * max(n // 2, 1)  # a block is three layers: cut between blocks
-            assignment = {name: "cpu0" if i < cut else "cpu1" for i, name in enumerate(names)}
-            problem = Problem(captured.graph, load_cluster(str(spec)), options=PlanOptions(microbatches=4))
-            plan = make_plan(problem, assignment, Certificate("wake-probe", "HEURISTIC", 0.0), order=["cpu0", "cpu1"])
-            report = run_plan(plan, model, (x,), RunOptions(batches=batches, cluster=str(spec), calibrate=False))
-            assert report is not None  # run here, not under torchrun
-            inputs: tuple[torch.Tensor, ...] = (x,)
-            for stage, program, core in zip(report.stages, split_program(captured, [names[:cut], names[cut:]]),
-                                            cores, strict=False):
-                alone, inputs = _back_to_back(program.module, inputs, core)
-                alone_times.append(alone)
-                extra.append(stage.measured["compute"] - alone)
-            if progress:
-                shown = ", ".join(f"{e * 1e3:+.3f}" for e in extra[-2:])
-                progress(f"pipeline of {n} blocks: {shown} ms per microbatch")
-    return _least_squares(alone_times, extra)
-
-
-def _back_to_back(module: nn.Module, inputs: tuple[torch.Tensor, ...], core: int,
-                  seconds: float = 0.3) -> tuple[float, tuple[torch.Tensor, ...]]:
-    """Mean seconds per call of ``module`` on ``inputs`` back to back on ``core`` (one thread), and its outputs."""
-    with pinned([core], 1), torch.inference_mode():
-        out = module(*inputs)
-        calls, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds or calls < 10:
-            module(*inputs)
-            calls += 1
-        took = (time.perf_counter() - start) / calls
-    return took, tuple(out) if isinstance(out, (tuple, list)) else (out,)
-
-
-def measure_recv_delay(levels: Sequence[Contention], cores: Sequence[int], messages: int = 60) -> dict[str, float]:
-    """Mean extra seconds a small pipeline message (two tensors, like a stage's input) takes to reach a
-    process on a core under each of ``levels`` over an idle one: two real processes talking over gloo,
-    the receiver on ``cores[0]`` beside the load's co-runners, the sender on ``cores[1]`` posting one
-    message every 10 ms.  A stage on a core it shares with co-runners wakes for its input (gloo's
-    thread, then the stage's) only when the scheduler lets it, which its compute figures never show."""
-    import multiprocessing
-
-    from pipeplan.executor.launch import free_port
-
-    if len(cores) < 2 or cores[0] == cores[1]:
-        raise WakeError(f"the receive part of the wake probe needs two distinct cores, got {list(cores)}")
-    ctx = multiprocessing.get_context("spawn")
-    means: dict[str, float] = {}
-    for level in [None, *levels]:
-        port = free_port()  # this pair's rendezvous
-        queue = ctx.Queue()
-        text = level.describe() if level is not None else "idle"
-        procs = [ctx.Process(target=_recv_pair, args=(rank, text, list(cores[:2]), port, messages, queue))
-                 for rank in range(2)]
-        for proc in procs:
-            proc.start()
-        try:
-            means[text] = queue.get(timeout=120)
-        finally:
-            for proc in procs:
-                proc.join(timeout=30)
-                if proc.is_alive():
-                    proc.kill()
-    idle = means.pop("idle")
-    return {name: max(mean - idle, 0.0) for name, mean in means.items()}
-
-
-def _recv_pair(rank: int, level: str, cores: list[int], port: int, messages: int, queue: Any) -> None:
-    """One side of :func:`measure_recv_delay` (rank 0 receives beside the load, rank 1 sends)."""
-    import torch.distributed as dist
-
-    from pipeplan.costmodel.corunners import CoRunners
-
-    os.sched_setaffinity(0, {cores[rank]})
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    load = CoRunners(Contention.parse(level), cores=[cores[0]]).start() if rank == 0 and level != "idle" else None
-    try:
-        stamp, payload, delays = torch.zeros(1, dtype=torch.float64), torch.zeros(2, 64, 128), []
-        dist.barrier()
-        for _ in range(messages + 5):
-            if rank == 1:
-                time.sleep(0.01)
-                stamp[0] = time.perf_counter()  # one monotonic clock for both processes on one host
-                dist.send(stamp, 0)
-                dist.send(payload, 0)
-            else:
-                dist.recv(stamp, 1)
-                dist.recv(payload, 1)
-                delays.append(time.perf_counter() - float(stamp[0]))
-        if rank == 0:
-            queue.put(statistics.fmean(delays[5:]))
-        dist.barrier()
-    finally:
-        if load is not None:
-            load.stop()
-        dist.destroy_process_group()
-
-
 def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 30,
                    progress: Callable[[str], None] | None = None,
                    pipeline_cores: Sequence[int] | None = None) -> WakeModel:
     """Measure the idle grid and one per load in ``levels`` on ``core``, fit them, and with two
-    ``pipeline_cores`` measure what a pipeline stage pays per microbatch (:func:`measure_stage_extra`)."""
+    ``pipeline_cores`` measure what a pipeline stage pays per microbatch, how late its input arrives
+    on a loaded core, and how much of the credit it earns there (:mod:`pipeplan.costmodel.wake_pipeline`)."""
     if repeats < 1:
         raise WakeError(f"repeats must be at least 1, got {repeats}")
     shared = [lv for lv in levels if lv.corunners]
@@ -314,8 +168,12 @@ def run_wake_probe(levels: Sequence[Contention], core: int = 0, repeats: int = 3
         grid[level.describe()] = measure_grid(level, core, repeats, progress=progress)
     model = fit_wake(grid)
     if pipeline_cores is not None:
+        from pipeplan.costmodel.wake_pipeline import measure_pipeline_credit, measure_recv_delay, measure_stage_extra
+
+        cores = [core, *(c for c in pipeline_cores if c != core)]
         model.stage_fixed, model.stage_rate = measure_stage_extra(pipeline_cores, progress=progress)
-        model.recv_delay = measure_recv_delay(shared, [core, *(c for c in pipeline_cores if c != core)])
+        model.recv_delay = measure_recv_delay(shared, cores)
         if progress:
             progress("receives under load: " + ", ".join(f"{k} +{v * 1e3:.2f} ms" for k, v in model.recv_delay.items()))
+        model.pipeline_credit, _ = measure_pipeline_credit(model, shared, cores, progress=progress)
     return model

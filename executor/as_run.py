@@ -45,7 +45,8 @@ if TYPE_CHECKING:
     from pipeplan.planner.plan import Plan
     from pipeplan.planner.problem import Problem
 
-__all__ = ["AsRun", "StageLoad", "plan_as_run", "predict_as_run", "simulate_as_run", "stage_times_as_run"]
+__all__ = ["AsRun", "StageLoad", "plan_as_run", "plan_stage_loads", "predict_as_run", "simulate_as_run",
+           "stage_times_as_run"]
 
 _FIRST_WAIT = 1.0  # seconds "asleep" before a stage's first microbatch ever: as cold as it gets
 
@@ -144,15 +145,25 @@ def predict_as_run(plan: Plan, setup: RunSetup, idle: list[float], loaded: list[
 
 
 def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[AsRun, WakeModel] | None:
-    """What ``plan`` should do when run here with ``schedule``: its stages replayed with this CPU's wake
-    model, for a plan of CPU devices of pinned cores on one host that borrows no memory; None
-    otherwise (no wake model, GPUs, several hosts).  A stage's idle time is its planned compute scaled
-    by the cost model's idle ÷ loaded ratio, so that a device's calibration factor carries over."""
-    devices = [problem.cluster.device(s.device) for s in plan.stages]
-    if plan.harvest is not None or any(d.cores is None for d in devices) or len({d.host for d in devices}) > 1:
-        return None  # this CPU's wake model says nothing of GPUs, borrowed memory, other hosts or the network
+    """What ``plan`` should do when run here with ``schedule``: its stages (:func:`plan_stage_loads`)
+    replayed with this CPU's wake model; None where the plan is not one the replay covers or this CPU
+    has no wake model."""
+    stages = plan_stage_loads(problem, plan)
+    if stages is None:
+        return None
     wake, _ = _this_cpus_wake_model()
     if wake is None:
+        return None
+    return simulate_as_run(wake, stages, plan.options.microbatches, schedule), wake
+
+
+def plan_stage_loads(problem: Problem, plan: Plan) -> list[StageLoad] | None:
+    """``plan``'s stages as the replay takes them, for a plan of CPU devices of pinned cores on one
+    host that borrows no memory; None otherwise (this CPU's wake model says nothing of GPUs, borrowed
+    memory, other hosts or the network).  A stage's idle time is its planned compute scaled by the
+    cost model's idle ÷ loaded ratio, so that a device's calibration factor carries over."""
+    devices = [problem.cluster.device(s.device) for s in plan.stages]
+    if plan.harvest is not None or any(d.cores is None for d in devices) or len({d.host for d in devices}) > 1:
         return None
     stages = []
     for stage, device in zip(plan.stages, devices, strict=True):
@@ -161,7 +172,7 @@ def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[
         idle = problem.costmodel.stage_time(layers, device.with_load(Contention()))
         ratio = idle / loaded if loaded > 0 else 1.0
         stages.append(StageLoad(stage.compute * ratio, stage.compute, stage.recv, device.load))
-    return simulate_as_run(wake, stages, plan.options.microbatches, schedule), wake
+    return stages
 
 
 def _this_cpus_wake_model() -> tuple[WakeModel | None, list[str]]:

@@ -10,7 +10,15 @@ import pytest
 
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.wake import SHIPPED, WakeError, WakeModel, find_wake_model
-from pipeplan.costmodel.wake_probe import fit_wake, measure_grid, measure_recv_delay, measure_stage_extra
+from pipeplan.costmodel.wake_pipeline import (
+    CreditSample,
+    fit_pipeline_credit,
+    measure_pipeline_credit,
+    measure_recv_delay,
+    measure_stage_extra,
+)
+from pipeplan.costmodel.wake_probe import fit_wake, measure_grid
+from pipeplan.executor.as_run import StageLoad, simulate_as_run
 from tests.cli_run import run
 
 MS = 1e-3
@@ -38,6 +46,43 @@ def test_woken_time_adds_the_idle_penalty_and_runs_the_credit_at_full_speed() ->
     assert model.woken_time(2 * MS, 6 * MS, 0.5 * MS, TWO) == pytest.approx(0.75 * MS + (2.05 - 0.75) * 3 * MS)
 
 
+def test_a_pipeline_stage_earns_the_share_of_the_credit_measured_in_pipelines() -> None:
+    model = _model()
+    model.pipeline_credit = {"2×compute": 0.25}
+    woken = 2 * MS + 0.05 * 2 * MS  # after 20 ms: the longest probed sleep's penalty, no fixed part
+    # alone (the grid's own setting) the whole 1.5 ms runs at full speed; in a pipeline a quarter of it
+    assert model.woken_time(2 * MS, 6 * MS, 20 * MS, TWO) == pytest.approx(1.5 * MS + (woken - 1.5 * MS) * 3)
+    assert model.in_pipeline(2 * MS, 6 * MS, 20 * MS, TWO) == pytest.approx(0.375 * MS + (woken - 0.375 * MS) * 3)
+    # a load with no measured share keeps the whole credit (files written before the share was measured)
+    memory = Contention.parse("1xmemory")
+    model.credit["1×memory"] = [1.5 * MS, 1.5 * MS]
+    assert model.in_pipeline(2 * MS, 6 * MS, 20 * MS, memory) == pytest.approx(1.5 * MS + (woken - 1.5 * MS) * 3)
+    doc = model.to_dict()
+    del doc["pipeline_credit"]
+    assert WakeModel.from_dict(doc).pipeline_credit == {}
+
+
+def test_the_share_fitted_to_pipelines_is_the_one_that_replays_them() -> None:
+    """Samples whose loaded stages ran as the replay says with a share of 5/16 (their other stage as
+    measured) are fitted back to exactly that share, per load."""
+    model = _model(credit=2 * MS)
+    truth = {"2×compute": 5 / 16, "1×memory": 1.0}
+    model.credit["1×memory"] = [2 * MS, 2 * MS]
+    samples = []
+    for level, share in truth.items():
+        load = Contention.parse(level)
+        for idle, slow, loaded_stage in ((1 * MS, 3.0, 1), (3 * MS, 3.2, 0), (0.8 * MS, 2.5, 1)):
+            other = 4 * MS
+            pair = [(idle, idle * slow), (other, other)]
+            times = pair if loaded_stage == 0 else pair[::-1]
+            stages = [StageLoad(i, t, 0.1 * MS, load if k == loaded_stage else None) for k, (i, t) in enumerate(times)]
+            trial = WakeModel.from_dict({**model.to_dict(), "pipeline_credit": {level: share}})
+            replay = simulate_as_run(trial, stages, 4, "gpipe", batches=4, warmup=1)
+            samples.append(CreditSample(level, loaded_stage, (times[0][0], times[1][0]), (times[0][1], times[1][1]),
+                                        (0.1 * MS, 0.1 * MS), (replay.computes[0], replay.computes[1]), 4))
+    assert fit_pipeline_credit(model, samples) == truth
+
+
 def test_a_load_never_probed_takes_the_nearest_probed_loads_credit() -> None:
     model = _model()
     assert model.level_for(Contention.parse("2xcompute")) == "2×compute"
@@ -55,6 +100,9 @@ def test_bad_wake_models_are_refused_with_what_is_wrong(tmp_path: Path) -> None:
         WakeModel(cpu="c", measured_at="", sleeps=[2 * MS, MS], penalty_fixed=[0, 0], penalty_rate=[0, 0])
     with pytest.raises(WakeError, match="cannot be negative"):
         WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0], stage_rate=-0.1)
+    with pytest.raises(WakeError, match="share of the credit between 0 and 1"):
+        WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0],
+                  pipeline_credit={"2×compute": 1.5})
     with pytest.raises(WakeError, match="one credit ≥ 0 per probed sleep"):
         WakeModel(cpu="c", measured_at="", sleeps=[MS], penalty_fixed=[0], penalty_rate=[0], credit={"1×compute": []})
     (tmp_path / "w.json").write_text(json.dumps({"format": "pipeplan.cpu-probe"}))
@@ -125,3 +173,20 @@ def test_a_message_to_a_loaded_core_arrives_later_measured_with_two_real_process
     # beside two compute co-runners the receiver wakes only when the scheduler lets it: +4 ms on the
     # project's Zen 4 VM; how much depends on the kernel's scheduler, so only its range is asserted
     assert list(delays) == ["2×compute"] and 0.0 <= delays["2×compute"] < 50 * MS
+
+
+def test_the_credit_a_loaded_stage_earns_is_measured_in_real_pipelines() -> None:
+    cores = sorted(os.sched_getaffinity(0))
+    if len(cores) < 2:
+        pytest.skip("needs two cores")
+    model = _model()
+    model.credit["1×compute"] = [1.5 * MS, 1.5 * MS]
+    shares, samples = measure_pipeline_credit(model, [Contention.parse("1xcompute")], cores[:2],
+                                              pipelines=((1, 2, 32, 1),), batches=2)
+    assert list(shares) == ["1×compute"] and shares["1×compute"] in [i / 16 for i in range(17)]
+    (sample,) = samples
+    assert sample.level == "1×compute" and sample.loaded_stage == 1 and sample.batches == 2
+    # the loaded stage shares its core with a compute co-runner back to back; the other does not
+    assert sample.loaded[1] > 1.2 * sample.idle[1] and sample.loaded[0] == sample.idle[0]
+    assert all(t > 0 for t in sample.measured) and sample.recv[1] > 0
+    assert fit_pipeline_credit(model, samples) == shares
