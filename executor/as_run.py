@@ -185,6 +185,6 @@ def _this_cpus_wake_model() -> tuple[WakeModel | None, list[str]]:
     except WakeError as exc:
         return None, [f"stage waits not priced: {exc}"]
     if wake is None and not wake_off():
-        return None, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about a "
-                      "minute and a half); stages are predicted at their back-to-back times"]
+        return None, ["stage waits not priced: this CPU has no wake model (`pipeplan costmodel wake`, about "
+                      "three minutes); stages are predicted at their back-to-back times"]
     return wake, []
