@@ -210,13 +210,16 @@ def test_the_shipped_xeon_profile_is_one_xeon_not_every_cpu_of_that_name(monkeyp
     """Its rows give the name alone; the design it was taken on (model 167) decides.  A Xeon of model
     207 falls back to it all the same, but is told, and its own probe counts (``registry._probed_here``)."""
     import pipeplan.costmodel.hardware as hardware
+    import pipeplan.costmodel.learned as learned_module
     from pipeplan.costmodel.hardware import same_cpu
 
     name = "Intel(R) Xeon(R) Processor"
     monkeypatch.setattr(hardware, "cpu_name", lambda: name)
     monkeypatch.setattr(hardware, "cpu_model", lambda: f"{name} (cpu family 6, model 167, stepping 7)")
     assert same_cpu(name) and shipped_for().name == "xeon"
-    monkeypatch.setattr(hardware, "cpu_model", lambda: f"{name} (cpu family 6, model 207, stepping 2)")
+    model_207 = f"{name} (cpu family 6, model 207, stepping 2)"
+    monkeypatch.setattr(hardware, "cpu_model", lambda: model_207)
+    monkeypatch.setattr(learned_module, "cpu_model", lambda: model_207)  # the warning names this machine's CPU
     assert not same_cpu(name) and not same_cpu(NAME_ONLY_DESIGNS[name])
     assert shipped_for() is SHIPPED[0] and SHIPPED[0].cpu == name  # the fallback, now as a fallback
     cpu = load_cluster("local-cpu").devices[0]
