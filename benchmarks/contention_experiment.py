@@ -155,7 +155,9 @@ def _append_json(args: argparse.Namespace, problem: Problem, plans: dict[str, Pl
     for name, plan in plans.items():
         # every plan as it runs on the loaded cluster: the blind plan's own figures assume idle cores
         as_asked = make_plan(problem, plan.assignment(), plan.certificate, order=plan.device_order())
-        stages = plan_stage_loads(problem, as_asked) or []
+        stages = plan_stage_loads(problem, as_asked)
+        if stages is None:  # not a plan the replay covers (another host, borrowed memory)
+            continue
         record["plans"][name] = {
             "devices": plan.device_order(),
             "stages": [{"idle": s.idle, "loaded": s.loaded, "recv": s.recv,

@@ -1,12 +1,14 @@
-"""A second held-out set: architectures no rule, cost model or benchmark of pipeplan had seen before.
+"""Held-out sets: architectures no rule, cost model or benchmark of pipeplan had seen before.
 
 ``model_profile.py``'s seven models have been scored by several rules since 2026-11-23 (cost models,
 the wake model, the as-run choice), so a rule fixed after looking at them cannot be judged on them.
-These three were written on 2026-11-24 after the as-run choice's last change (a message to or from
-a loaded core waits for both ends, ``executor/as_run.py``), and are scored once with it: small
-``transformers`` configs with random weights, batch 2, none in the zoo, ``tests/tiny_models.py``,
-the tuning set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
-(``benchmarks/heldout_models.py:qwen2``).
+The first three here (Qwen2, DINOv2, SqueezeBERT) were written on 2026-11-24 after the as-run
+choice's last change (a message to or from a loaded core waits for both ends,
+``executor/as_run.py``), and scored once with it; the second three (``THIRD``:
+GPTBigCode, ConvBERT, PVTv2) while the wake model's share of the credit in a pipeline was being
+measured, and scored once after it was fixed. All are small ``transformers`` configs with random
+weights, none in the zoo, ``tests/tiny_models.py``, the tuning set ``costmodel/tuning_set.py`` or
+``model_profile.py``. Each factory is a valid MODEL (``benchmarks/heldout_models.py:qwen2``).
 """
 
 from __future__ import annotations

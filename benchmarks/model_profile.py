@@ -149,7 +149,10 @@ def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict
     from pipeplan.costmodel.source import build_source
     from pipeplan.executor.profile_model import ModelProfileSettings, layer_chain, profile_built
 
-    source = {"factory": f"{Path(__file__).resolve()}:{name}", "batch_size": 2}
+    # a name of this file's evaluation set, or any factory (``benchmarks/heldout_models.py:convbert``)
+    factory = name if ":" in name else f"{Path(__file__).resolve()}:{name}"
+    source = {"factory": factory, "batch_size": 2}
+    name = name.rsplit(":", 1)[-1]
     built = build_source(source)
     captured = capture_program(built.model, built.args, built.kwargs, name=name)
     graph = captured.graph
@@ -177,7 +180,8 @@ def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated ({','.join(MODELS)})")
+    parser.add_argument("--models", default=",".join(MODELS), help=f"comma-separated: of {','.join(MODELS)}, or "
+                        "factories (benchmarks/heldout_models.py:convbert)")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per measurement (2)")
     parser.add_argument("--learned", default="learned",
                         help="comma-separated learned models to score: shipped names or files (learned)")

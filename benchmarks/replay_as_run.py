@@ -84,7 +84,8 @@ def _experiments(console: Console, wake: WakeModel, experiments: list[dict[str, 
     rights, throughput_errors, stage_errors = 0, [], []
     for record in experiments:
         plans = record["plans"]
-        replayed = {name: _replay(wake, record, plan) for name, plan in plans.items() if name != "blind"}
+        replayed = {name: _replay(wake, record, plan) for name, plan in plans.items()
+                    if name != "blind" and plan["stages"]}
         measured = {name: statistics.median(plan["throughput"]) for name, plan in plans.items()}
         errors = []
         for name, (samples_per_s, computes) in replayed.items():

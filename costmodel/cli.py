@@ -262,7 +262,8 @@ def cmd_wake(args: argparse.Namespace) -> None:
     extra = (f"a pipeline stage's microbatch takes {model.stage_fixed * 1e3:.3f} ms + {model.stage_rate:.1%} beyond "
              f"its module's back-to-back time, its input arrives later on a loaded core ({delays}), and there it "
              f"earns this share of the credit x ({shares}; cores {pipeline[0]} and {pipeline[1]}); " if pipeline
-             else "the pipeline part was skipped (it needs two cores); ")
+             else f"the pipeline part was skipped ({'--no-pipeline' if args.no_pipeline else 'it needs two cores'}"
+             "): stages in a pipeline will earn the whole credit and pay nothing beyond their modules' times; ")
     console.print(f"{extra}fit error (log RMS) {fit}; measured on core {args.core} in "
                   f"{time.monotonic() - started:.0f} s; written to {path}. `pipeplan run` now prices each stage's "
                   "waits with it.")
@@ -349,8 +350,11 @@ def register(sub: Any) -> None:
     wk = cm.add_parser("wake", help="how this CPU runs a stage that waited for its input, in a few minutes",
                        description="Time a reference workload on one core after sleeps of 0.5–16 ms and back to "
                        "back, idle and under co-runners, and fit this CPU's wake model: the idle penalty after a "
-                       "wait and the full-speed credit a woken task gets on a shared core. `pipeplan run` "
-                       "then predicts each stage's compute with its waits (pipeplan.costmodel.wake).")
+                       "wait and the full-speed credit a woken task gets on a shared core. With a second core it "
+                       "then runs the workload as real two-process pipelines: what a stage pays per microbatch, "
+                       "how much later a message reaches a loaded core, and what share of the credit a loaded "
+                       "stage earns there. `pipeplan run` and `pipeplan plan` then price each stage's waits "
+                       "(pipeplan.costmodel.wake).")
     wk.add_argument("--core", type=int, default=_first_core(), metavar="C",
                     help="the core to measure on (default: the first this process may use; keep it otherwise idle)")
     wk.add_argument("--levels", default="2xcompute,1xcompute", metavar="L,L",
@@ -358,8 +362,8 @@ def register(sub: Any) -> None:
     wk.add_argument("--repeats", type=int, default=30, metavar="N", help="timed calls per cell (30)")
     wk.add_argument("--no-pipeline", action="store_true", help="skip the two-stage pipelines of the reference "
                     "workload that measure what a stage pays per microbatch, how late its input arrives on a "
-                    "loaded core and how much credit it earns there (they use this core and the next; about "
-                    "40 s per load)")
+                    "loaded core and how much credit it earns there (they use this core and the next: about a "
+                    "minute, and half a minute per load)")
     wk.add_argument("--out", metavar="WAKE.json", help="where to write it (default: this CPU's wake model in the "
                     "user data directory, or $PIPEPLAN_WAKE_DIR)")
     wk.set_defaults(func=cmd_wake)

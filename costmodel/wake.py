@@ -27,7 +27,7 @@ under its load then takes, woken after ``S``::
     t  = min(w', x(S)) + max(0, w' − x(S))·s     otherwise (x of the probed load nearest the stage's)
 
 where, in a pipeline, a stage earns only the share ``pipeline_credit`` of ``x`` measured for its
-load on the probe's reference pipelines (:mod:`pipeplan.costmodel.wake_pipeline`: about a quarter
+load on the probe's reference pipelines (:mod:`pipeplan.costmodel.wake_pipeline`: a fifth to a third
 beside two compute co-runners on the project's Zen 4 VM; the whole where a file has no share); and,
 in a pipeline, ``stage_fixed + stage_rate·t`` more per microbatch: what the probe's own
 two-stage pipeline of the reference workload measured beyond its modules' back-to-back times (the
@@ -52,6 +52,7 @@ import bisect
 import json
 import math
 import os
+import statistics
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -60,7 +61,8 @@ from typing import Any
 from pipeplan.costmodel.hardware import Contention, cpu_file, same_cpu
 from pipeplan.errors import UserError
 
-__all__ = ["FORMAT", "SHIPPED", "WakeError", "WakeModel", "default_path", "find_wake_model", "wake_off"]
+__all__ = ["FORMAT", "SHIPPED", "WakeError", "WakeModel", "default_path", "find_wake_model", "least_squares",
+           "log_rms", "wake_off"]
 
 FORMAT = "pipeplan.wake"
 SHIPPED = Path(__file__).parent / "data" / "wake"
@@ -112,7 +114,7 @@ class WakeModel:
             if len(credits) != n or min(credits, default=0.0) < 0:
                 raise WakeError(f"load {level!r} needs one credit ≥ 0 per probed sleep ({n}), got {credits}")
         for level, share in self.pipeline_credit.items():
-            if not 0.0 <= share <= 1.0:
+            if not isinstance(share, (int, float)) or not 0.0 <= share <= 1.0:
                 raise WakeError(f"load {level!r}: a pipeline stage earns a share of the credit between 0 and 1, "
                                 f"got {share}")
 
@@ -252,3 +254,18 @@ def log_rms(pairs: Sequence[tuple[float, float]]) -> float:
     """RMS of ``log(predicted / measured)`` over ``(predicted, measured)`` pairs."""
     logs = [math.log(p / m) for p, m in pairs if p > 0 and m > 0]
     return math.sqrt(sum(x * x for x in logs) / len(logs)) if logs else 0.0
+
+
+def least_squares(ws: Sequence[float], extra: Sequence[float]) -> tuple[float, float]:
+    """``(a, b)`` ≥ 0 minimising Σ (a + b·w − extra)²; a negative term is dropped and the other refitted."""
+    n = len(ws)
+    mw, me = statistics.fmean(ws), statistics.fmean(extra)
+    var = sum((w - mw) ** 2 for w in ws)
+    b = sum((w - mw) * (e - me) for w, e in zip(ws, extra, strict=True)) / var if var > 0 and n > 1 else 0.0
+    a = me - b * mw
+    if b < 0:
+        return max(me, 0.0), 0.0
+    if a < 0:
+        b = max(sum(w * e for w, e in zip(ws, extra, strict=True)) / sum(w * w for w in ws), 0.0)
+        return 0.0, b
+    return a, b

@@ -11,7 +11,7 @@ executor runs a plan, and each fits one part of the :class:`~pipeplan.costmodel.
   (``recv_delay``);
 - :func:`measure_pipeline_credit`: how much of the full-speed credit measured after a sleep a stage
   on a loaded core earns in a pipeline (``pipeline_credit``).  On the project's Zen 4 VM a stage
-  beside two compute co-runners that waited for its input earned about a quarter of it: the sleep
+  beside two compute co-runners that waited for its input earned a fifth to a third of it: the sleep
   loop of the grid wakes a task that has used less than its share of the core, while a stage in a
   pipeline keeps coming back to it, and its gloo threads share the core too (benchmarks/README.md,
   "A loaded stage's credit in a pipeline").
@@ -33,8 +33,7 @@ from torch import nn
 
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.profile import pinned
-from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
-from pipeplan.costmodel.wake_probe import _least_squares
+from pipeplan.costmodel.wake import WakeError, WakeModel, least_squares, log_rms
 
 if TYPE_CHECKING:
     from pipeplan.planner.plan import Plan
@@ -95,7 +94,7 @@ def measure_stage_extra(cores: Sequence[int], blocks: Sequence[int] = (2, 4, 8),
             if progress:
                 shown = ", ".join(f"{e * 1e3:+.3f}" for e in extra[-2:])
                 progress(f"pipeline of {n} blocks: {shown} ms per microbatch")
-    return _least_squares(alone_times, extra)
+    return least_squares(alone_times, extra)
 
 
 def _back_to_back(module: nn.Module, inputs: tuple[torch.Tensor, ...], core: int,
@@ -278,15 +277,22 @@ def measure_pipeline_credit(model: WakeModel, levels: Sequence[Contention], core
 def fit_pipeline_credit(model: WakeModel, samples: Sequence[CreditSample]) -> dict[str, float]:
     """Per load, the share of ``model``'s credit (0 to 1 in sixteenths) whose replay of the samples
     (:func:`pipeplan.executor.as_run.simulate_as_run`) comes closest to the loaded stages' computes as
-    run (log RMS); a tie keeps the larger share."""
+    run (log RMS); a tie keeps the larger share.  Keyed by the probed load whose credit the replay
+    reads (:meth:`WakeModel.level_for`); a load with no credit to take a share of is refused."""
     from pipeplan.executor.as_run import StageLoad, simulate_as_run
 
+    groups: dict[str, list[CreditSample]] = {}
+    for s in samples:
+        probed = model.level_for(Contention.parse(s.level))
+        if probed is None:
+            raise WakeError(f"the wake model has no credit for load {s.level!r} (probed: "
+                            f"{', '.join(model.credit) or 'none'}): nothing to take a share of")
+        groups.setdefault(probed, []).append(s)
     shares: dict[str, float] = {}
-    for level in sorted({s.level for s in samples}):
-        mine = [s for s in samples if s.level == level]
+    for probed, mine in sorted(groups.items()):
         best = (float("inf"), 1.0)
         for share in reversed(_SHARES):
-            trial = replace(model, pipeline_credit={**model.pipeline_credit, level: share})
+            trial = replace(model, pipeline_credit={**model.pipeline_credit, probed: share})
             pairs = []
             for s in mine:
                 load = Contention.parse(s.level)
@@ -297,5 +303,5 @@ def fit_pipeline_credit(model: WakeModel, samples: Sequence[CreditSample]) -> di
             err = log_rms(pairs)
             if err < best[0] - 1e-9:
                 best = (err, share)
-        shares[level] = best[1]
+        shares[probed] = best[1]
     return shares

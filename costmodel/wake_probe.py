@@ -25,7 +25,7 @@ import torch
 
 from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.profile import pinned
-from pipeplan.costmodel.wake import WakeError, WakeModel, log_rms
+from pipeplan.costmodel.wake import WakeError, WakeModel, least_squares, log_rms
 
 __all__ = ["CHAIN_LENGTHS", "SLEEPS", "fit_wake", "measure_grid", "run_wake_probe"]
 
@@ -92,21 +92,6 @@ def measure_grid(level: Contention | None, core: int = 0, repeats: int = 30,
     return out
 
 
-def _least_squares(ws: Sequence[float], extra: Sequence[float]) -> tuple[float, float]:
-    """``(a, b)`` ≥ 0 minimising Σ (a + b·w − extra)²; a negative term is dropped and the other refitted."""
-    n = len(ws)
-    mw, me = statistics.fmean(ws), statistics.fmean(extra)
-    var = sum((w - mw) ** 2 for w in ws)
-    b = sum((w - mw) * (e - me) for w, e in zip(ws, extra, strict=True)) / var if var > 0 and n > 1 else 0.0
-    a = me - b * mw
-    if b < 0:
-        return max(me, 0.0), 0.0
-    if a < 0:
-        b = max(sum(w * e for w, e in zip(ws, extra, strict=True)) / sum(w * w for w in ws), 0.0)
-        return 0.0, b
-    return a, b
-
-
 def fit_wake(grid: dict[str, dict[int, dict[float, float]]], cpu: str | None = None) -> WakeModel:
     """Fit a :class:`WakeModel` to measured grids (load description → :func:`measure_grid`'s result;
     ``"idle"`` is required, the other loads fit the credit)."""
@@ -120,7 +105,7 @@ def fit_wake(grid: dict[str, dict[int, dict[float, float]]], cpu: str | None = N
     work = {n: idle[n][0.0] for n in chains}
     fixed, rate = [], []
     for s in sleeps:
-        a, b = _least_squares([work[n] for n in chains], [idle[n][s] - work[n] for n in chains])
+        a, b = least_squares([work[n] for n in chains], [idle[n][s] - work[n] for n in chains])
         fixed.append(a)
         rate.append(b)
     model = WakeModel(cpu=cpu or cpu_model(), measured_at=datetime.now(UTC).isoformat(timespec="seconds"),
