@@ -31,7 +31,7 @@ from rich.table import Table
 
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.wake import WakeModel, find_wake_model
-from pipeplan.costmodel.wake_pipeline import CreditSample, fit_pipeline_credit
+from pipeplan.costmodel.wake_pipeline import CreditSample, fit_pipeline_credit, replay_loaded_stage
 from pipeplan.executor.as_run import StageLoad, simulate_as_run
 
 _TIE = 0.97  # a choice within 3% of the better plan's measured throughput counts as right
@@ -113,13 +113,8 @@ def _cell(replayed: dict[str, tuple[float, list[float]]], measured: dict[str, fl
 
 
 def _samples(console: Console, wake: WakeModel, samples: list[CreditSample]) -> None:
-    pairs, errors = [], []
-    for s in samples:
-        load = Contention.parse(s.level)
-        stages = [StageLoad(s.idle[k], s.loaded[k], s.recv[k], load if k == s.loaded_stage else None) for k in range(2)]
-        replay = simulate_as_run(wake, stages, 4, "gpipe", batches=s.batches, warmup=1)
-        pairs.append((replay.computes[s.loaded_stage], s.measured[s.loaded_stage]))
-        errors.append(pairs[-1][0] / pairs[-1][1] - 1)
+    pairs = [(replay_loaded_stage(wake, s), s.measured[s.loaded_stage]) for s in samples]
+    errors = [p / m - 1 for p, m in pairs]
     rms = math.sqrt(statistics.fmean(math.log(p / m) ** 2 for p, m in pairs))
     console.print(f"{len(samples)} reference pipelines: the loaded stage's compute replayed {_median_abs(errors):.0%} "
                   f"off in the median (log RMS {rms:.3f}); the shares that fit them best: "

@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from pipeplan.planner.plan import Plan
 
 __all__ = ["CREDIT_PIPELINES", "CreditSample", "ReferenceBlocks", "fit_pipeline_credit", "measure_pipeline_credit",
-           "measure_recv_delay", "measure_stage_extra"]
+           "measure_recv_delay", "measure_stage_extra", "replay_loaded_stage"]
 
 # (blocks before the cut, blocks after it, rows, which stage is loaded): short and long stages, small
 # and larger messages, the loaded stage sending (first) or receiving (last)
@@ -120,8 +120,7 @@ def measure_recv_delay(levels: Sequence[Contention], cores: Sequence[int], messa
 
     from pipeplan.executor.launch import free_port
 
-    if len(cores) < 2 or cores[0] == cores[1]:
-        raise WakeError(f"the receive part of the wake probe needs two distinct cores, got {list(cores)}")
+    _two_cores(cores, "receive")
     ctx = multiprocessing.get_context("spawn")
     means: dict[str, float] = {}
     for level in [None, *levels]:
@@ -175,8 +174,6 @@ def _recv_pair(rank: int, level: str, cores: list[int], port: int, messages: int
         dist.destroy_process_group()
 
 
-
-
 class _ReferencePipeline:
     """``blocks`` reference blocks on ``rows`` rows, cut after ``before`` blocks into a two-stage plan
     on the cluster ``spec`` (devices cpu0 then cpu1), with each stage's module."""
@@ -202,9 +199,9 @@ class _ReferencePipeline:
         self.modules = [p.module for p in split_program(captured, [names[:cut], names[cut:]])]
 
 
-def _two_cores(cores: Sequence[int]) -> None:
+def _two_cores(cores: Sequence[int], part: str = "pipeline") -> None:
     if len(cores) < 2 or cores[0] == cores[1]:
-        raise WakeError(f"the pipeline part of the wake probe needs two distinct cores, got {list(cores)}")
+        raise WakeError(f"the {part} part of the wake probe needs two distinct cores, got {list(cores)}")
 
 
 @dataclass(frozen=True)
@@ -279,8 +276,6 @@ def fit_pipeline_credit(model: WakeModel, samples: Sequence[CreditSample]) -> di
     (:func:`pipeplan.executor.as_run.simulate_as_run`) comes closest to the loaded stages' computes as
     run (log RMS); a tie keeps the larger share.  Keyed by the probed load whose credit the replay
     reads (:meth:`WakeModel.level_for`); a load with no credit to take a share of is refused."""
-    from pipeplan.executor.as_run import StageLoad, simulate_as_run
-
     groups: dict[str, list[CreditSample]] = {}
     for s in samples:
         probed = model.level_for(Contention.parse(s.level))
@@ -293,15 +288,20 @@ def fit_pipeline_credit(model: WakeModel, samples: Sequence[CreditSample]) -> di
         best = (float("inf"), 1.0)
         for share in reversed(_SHARES):
             trial = replace(model, pipeline_credit={**model.pipeline_credit, probed: share})
-            pairs = []
-            for s in mine:
-                load = Contention.parse(s.level)
-                stages = [StageLoad(s.idle[k], s.loaded[k], s.recv[k], load if k == s.loaded_stage else None)
-                          for k in range(2)]
-                replay = simulate_as_run(trial, stages, _MICROBATCHES, "gpipe", batches=s.batches, warmup=1)
-                pairs.append((replay.computes[s.loaded_stage], s.measured[s.loaded_stage]))
-            err = log_rms(pairs)
+            err = log_rms([(replay_loaded_stage(trial, s), s.measured[s.loaded_stage]) for s in mine])
             if err < best[0] - 1e-9:
                 best = (err, share)
         shares[probed] = best[1]
     return shares
+
+
+def replay_loaded_stage(model: WakeModel, sample: CreditSample) -> float:
+    """The loaded stage's compute per microbatch in ``model``'s replay of ``sample``'s run
+    (:func:`pipeplan.executor.as_run.simulate_as_run`, as the executor ran it: gpipe, 4 microbatches)."""
+    from pipeplan.executor.as_run import StageLoad, simulate_as_run
+
+    load = Contention.parse(sample.level)
+    stages = [StageLoad(sample.idle[k], sample.loaded[k], sample.recv[k], load if k == sample.loaded_stage else None)
+              for k in range(2)]
+    replay = simulate_as_run(model, stages, _MICROBATCHES, "gpipe", batches=sample.batches, warmup=1)
+    return replay.computes[sample.loaded_stage]
