@@ -69,6 +69,9 @@ class Switching(LayoutEntry):
     def _end(self, failure: BaseException | None) -> None:
         raise NotImplementedError
 
+    def _fail(self, requests: list[Request], exc: BaseException) -> None:
+        raise NotImplementedError
+
     def _init_switching(self, setup: RunSetup, rebuilt: Any, builds: list[Any],
                         options: RunOptions) -> None:
         self._setup, self._options = setup, options
@@ -242,8 +245,10 @@ class Switching(LayoutEntry):
             ended = self._ended.is_set()
             if not ended:  # under the lock: _end sets _ended under it, then fails what the queue holds
                 self._queue.requeue(requests)
-        if ended:
-            raise self._failure or RunError("the deployment ended while switching")
+        if ended:  # taken out of _in_flight, so the serving thread's last sweep will not see them: fail them here
+            failure = self._failure or RunError("the deployment ended while switching")
+            self._fail(requests, failure)
+            raise failure
         self._meter.count("replayed", len(requests))
         return len(requests)
 
