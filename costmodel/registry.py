@@ -51,6 +51,8 @@ SHIPPED = (
             _DATA / "learned-cpu-epyc.zip"),
     Shipped("epyc-zen4", "AMD EPYC (cpu family 25, model 17, stepping 1)", _DATA / "profile-cpu-epyc-zen4.csv",
             _DATA / "learned-cpu-epyc-zen4.zip"),
+    Shipped("epyc-zen3", "AMD EPYC (cpu family 25, model 1, stepping 1)", _DATA / "profile-cpu-epyc-zen3.csv",
+            _DATA / "learned-cpu-epyc-zen3.zip"),
 )
 # ``learned-NAME`` → the shipped model it names
 SHIPPED_NAMES = {f"learned-{s.name}": s for s in SHIPPED}

@@ -194,7 +194,8 @@ def test_each_shipped_model_was_trained_on_its_dataset_profiled_on_its_cpu_and_i
     ("AMD EPYC", "AMD EPYC (cpu family 26, model 2, stepping 1)", "epyc"),
     ("AMD EPYC", "AMD EPYC (cpu family 26, model 2, stepping 4)", "epyc"),  # another revision
     ("AMD EPYC", "AMD EPYC (cpu family 25, model 17, stepping 1)", "epyc-zen4"),  # the other "AMD EPYC"
-    ("AMD EPYC", "AMD EPYC (cpu family 25, model 1, stepping 1)", "xeon"),  # a third one: the fallback
+    ("AMD EPYC", "AMD EPYC (cpu family 25, model 1, stepping 1)", "epyc-zen3"),  # a third one (Zen 3)
+    ("AMD EPYC", "AMD EPYC (cpu family 25, model 49, stepping 0)", "xeon"),  # a fourth: the fallback
     ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 143, stepping 8)", "xeon"),
     ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 167, stepping 1)", "xeon"),
 ])
