@@ -57,7 +57,13 @@ def test_liveness_and_readiness(anonymous: httpx.Client) -> None:
     assert anonymous.get("/livez").json() == {"status": "alive"}
     ready = anonymous.get("/readyz")
     assert ready.status_code == 200 and ready.json() == {"status": "ready", "reasons": []}
+    # Ready means a worker of each pool is; the others may still be importing the solver, which
+    # took seconds beside other tests' processes on 2 cores (seen failing once with no wait).
+    deadline = time.monotonic() + 60
     health = anonymous.get("/healthz").json()
+    while (health["workers"]["ready"], health["predict_workers"]["ready"]) != (2, 1) and time.monotonic() < deadline:
+        time.sleep(0.1)
+        health = anonymous.get("/healthz").json()
     assert health["workers"]["ready"] == 2 and health["predict_workers"]["ready"] == 1
 
 
