@@ -10,7 +10,7 @@ their configurations, where the command times one of each), and the whole-model 
 14 families' configurations are predicted and compared with the target's measured sums.
 
     .venv/bin/python benchmarks/probe_transfer.py
-    .venv/bin/python benchmarks/probe_transfer.py --cpu zen3=learned.zip:inmodel.csv   # add a CPU
+    .venv/bin/python benchmarks/probe_transfer.py --cpu mycpu=learned.zip:inmodel.csv   # add a CPU
 
 Columns: the scatter the command chooses its base by (the RMS of the probed layers' log10 ratios
 around their kind's factor; "chosen" marks the least), the base alone (its times on the target, no

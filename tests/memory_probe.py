@@ -27,9 +27,10 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-# Timed passes per model; the highest rise counts. One pass's rise ranged 6.14–6.91 MB for
-# bert-base (2×128) in four runs on the Zen 3 EPYC (predicted 7.11 MB): the kernel can take pages
-# back in the middle of a pass (this VM runs DAMON's reclaim, kdamond), which only ever lowers it.
+# Measured passes per model, after two warm-up passes; the median rise counts. One pass's rise
+# ranged 6.14–6.91 MB for bert-base (2×128) in four runs on the Zen 3 EPYC (predicted 7.11 MB):
+# RSS also moves with pages the kernel takes back or faults in during a pass (this VM runs DAMON's
+# reclaim, kdamond), either way.
 PASSES = 3
 
 
@@ -49,6 +50,7 @@ def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
     measured = []
     with torch.no_grad():
         run(*args)
+        run(*args)
         for _ in range(PASSES):
             gc.collect()
             with open("/proc/self/clear_refs", "w") as f:
@@ -57,7 +59,7 @@ def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
             out = run(*args)
             measured.append(_status("VmHWM:") - base)
             del out
-    return predicted, max(measured)
+    return predicted, sorted(measured)[len(measured) // 2]
 
 
 def measure_in_child(specs: list[str], timeout: float = 900) -> list[tuple[str, int, int]]:
