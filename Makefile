@@ -30,8 +30,8 @@ demo: $(STAMP)
 # (the RSS of real exported programs, FLOP counts of real architectures, training the learned
 # model).  They take a core from the service's servers and solvers while they run: those tests
 # wait up to 30-60 s for answers, some give the solver a 2-5 s time limit, and the readiness test
-# waits for every worker.  The rest, which pins processes to cores and
-# times them, runs alone.  Both run; the target fails if either does.
+# waits for every worker.  The rest, which pins processes to cores and times them, runs alone.
+# Both run; the target fails if either does.
 UNTIMED := tests/costmodel/test_memory_liveness.py tests/costmodel/test_memory_workspace.py \
 	tests/costmodel/test_capture.py tests/costmodel/test_learned.py tests/costmodel/test_zoo.py
 test: $(STAMP)

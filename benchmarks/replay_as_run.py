@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 from dataclasses import replace
 from pathlib import Path
@@ -30,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeplan.costmodel.hardware import Contention
-from pipeplan.costmodel.wake import WakeModel, find_wake_model
+from pipeplan.costmodel.wake import WakeModel, find_wake_model, log_rms
 from pipeplan.costmodel.wake_pipeline import CreditSample, fit_pipeline_credit, replay_loaded_stage
 from pipeplan.executor.as_run import StageLoad, simulate_as_run
 
@@ -115,7 +114,7 @@ def _cell(replayed: dict[str, tuple[float, list[float]]], measured: dict[str, fl
 def _samples(console: Console, wake: WakeModel, samples: list[CreditSample]) -> None:
     pairs = [(replay_loaded_stage(wake, s), s.measured[s.loaded_stage]) for s in samples]
     errors = [p / m - 1 for p, m in pairs]
-    rms = math.sqrt(statistics.fmean(math.log(p / m) ** 2 for p, m in pairs))
+    rms = log_rms(pairs)
     console.print(f"{len(samples)} reference pipelines: the loaded stage's compute replayed {_median_abs(errors):.0%} "
                   f"off in the median (log RMS {rms:.3f}); the shares that fit them best: "
                   f"{fit_pipeline_credit(wake, samples)}")

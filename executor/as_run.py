@@ -150,8 +150,10 @@ def plan_as_run(problem: Problem, plan: Plan, schedule: str = "gpipe") -> tuple[
     replayed with this CPU's wake model; None where the plan is not one the replay covers or this CPU
     has no wake model."""
     wake, _ = _this_cpus_wake_model()
-    stages = plan_stage_loads(problem, plan) if wake is not None else None
-    if wake is None or stages is None:
+    if wake is None:
+        return None
+    stages = plan_stage_loads(problem, plan)
+    if stages is None:
         return None
     return simulate_as_run(wake, stages, plan.options.microbatches, schedule), wake
 

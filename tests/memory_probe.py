@@ -9,6 +9,7 @@ per model: ``name predicted measured`` in bytes.
 from __future__ import annotations
 
 import gc
+import statistics
 import sys
 
 import torch
@@ -59,7 +60,7 @@ def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
             out = run(*args)
             measured.append(_status("VmHWM:") - base)
             del out
-    return predicted, sorted(measured)[len(measured) // 2]
+    return predicted, statistics.median_low(measured)
 
 
 def measure_in_child(specs: list[str], timeout: float = 900) -> list[tuple[str, int, int]]:
