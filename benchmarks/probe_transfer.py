@@ -38,13 +38,12 @@ from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.probe import PROBE_MODELS, ProbedCostModel, _quiet_times, fit
 
 DATA = Path(__file__).resolve().parents[1] / "costmodel" / "data"
-# The CPUs with both a shipped model and an in-model table (the Zen 5's model has no table: it is a
-# base only).
+# The CPUs with both a shipped model and an in-model table.
 CPUS = {
     "xeon": (DATA / "learned-cpu-xeon.zip", DATA / "inmodel-cpu-xeon.csv"),
     "zen4": (DATA / "learned-cpu-epyc-zen4.zip", DATA / "inmodel-cpu-epyc-zen4.csv"),
     "zen3": (DATA / "learned-cpu-epyc-zen3.zip", DATA / "inmodel-cpu-epyc-zen3.csv"),
-    "zen5": (DATA / "learned-cpu-epyc.zip", None),
+    "zen5": (DATA / "learned-cpu-epyc.zip", DATA / "inmodel-cpu-epyc.csv"),
 }
 
 
