@@ -6,9 +6,11 @@ The first three here (Qwen2, DINOv2, SqueezeBERT) were written on 2026-11-24 aft
 choice's last change (a message to or from a loaded core waits for both ends,
 ``executor/as_run.py``), and scored once with it; the second three (``THIRD``:
 GPTBigCode, ConvBERT, PVTv2) while the wake model's share of the credit in a pipeline was being
-measured, and scored once after it was fixed. All are small ``transformers`` configs with random
-weights, none in the zoo, ``tests/tiny_models.py``, the tuning set ``costmodel/tuning_set.py`` or
-``model_profile.py``. Each factory is a valid MODEL (``benchmarks/heldout_models.py:qwen2``).
+measured, and scored once after it was fixed; the fourth (``FOURTH``: a Whisper encoder,
+Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions. All are small
+``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
+set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
+(``benchmarks/heldout_models.py:qwen2``).
 """
 
 from __future__ import annotations
@@ -84,3 +86,56 @@ def pvt_v2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 THIRD = ("gpt_bigcode", "convbert", "pvt_v2")
+
+
+# A fourth held-out set, written on 2026-11-24 at 19:45 UTC before the sweep had any 1-D convolution
+# (``costmodel/layerspecs.py``'s ``conv1d``): architectures built on them — strided stems over audio,
+# depthwise convolutions inside conformer and state-space blocks. ConvBERT and SqueezeBERT, whose misses
+# led to that sweep, are its development models; these were scored without it, and with the two versions
+# of it (80 and 240 dense shapes) that the development models chose between (benchmarks/README.md).
+
+
+def whisper_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer Whisper encoder (two 1-D convolutions over 80 mel bins, the second strided), 128 frames."""
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    config = WhisperConfig(num_mel_bins=80, d_model=128, encoder_layers=2, encoder_attention_heads=4,
+                           encoder_ffn_dim=512, max_source_positions=64)
+    return WhisperEncoder(config), (torch.randn(batch_size, 80, 128),)
+
+
+def wav2vec2_conformer(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer Wav2Vec2-Conformer (strided 1-D convolutions over raw audio, grouped positional
+    convolution, conformer blocks with a depthwise 1-D convolution), 0.25 s of 16 kHz audio."""
+    from transformers import Wav2Vec2ConformerConfig, Wav2Vec2ConformerModel
+
+    config = Wav2Vec2ConformerConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                     intermediate_size=512, conv_dim=(64, 64, 64), conv_stride=(5, 2, 2),
+                                     conv_kernel=(10, 3, 3), num_conv_pos_embeddings=16,
+                                     num_conv_pos_embedding_groups=8, conv_depthwise_kernel_size=15,
+                                     position_embeddings_type="rotary")
+    return Wav2Vec2ConformerModel(config), (torch.randn(batch_size, 4000),)
+
+
+def mamba(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer Mamba language model (depthwise causal 1-D convolution, selective scan on the
+    reference path), 32 tokens."""
+    from transformers import MambaConfig, MambaForCausalLM
+
+    config = MambaConfig(vocab_size=2000, hidden_size=128, state_size=16, num_hidden_layers=2, expand=2,
+                         conv_kernel=4, use_cache=False)
+    return MambaForCausalLM(config), (torch.randint(0, 2000, (batch_size, 32)),)
+
+
+def lfm2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer LFM2 decoder (gated short depthwise 1-D convolutions and grouped-query attention), 64 tokens."""
+    from transformers import Lfm2Config, Lfm2ForCausalLM
+
+    config = Lfm2Config(vocab_size=2000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                        layer_types=["conv", "full_attention", "conv", "full_attention"], use_cache=False)
+    return Lfm2ForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+FOURTH = ("whisper_encoder", "wav2vec2_conformer", "mamba", "lfm2")

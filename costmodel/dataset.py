@@ -149,24 +149,29 @@ def _shape_features(input_shapes: str) -> dict[str, float]:
 
 
 def _conv_features(row: dict[str, Any]) -> dict[str, float]:
-    """A convolution's geometry, recovered from what every layer records: an N×C×H×W input, FLOPs
-    = 2·N·(output H·W)·(weights), weights = C_out·C_in·k²/groups, outputs = N·C_out·(output H·W).
-    CPU convolution kernels change speed with channels, kernel size and stride at equal FLOPs;
-    zeros for other layers.
+    """A convolution's geometry, recovered from what every layer records: an N×C×H×W input (N×C×L
+    for a 1-D convolution, whose "H·W" is L and "k²" is k), FLOPs = 2·N·(output H·W)·(weights),
+    weights = C_out·C_in·k²/groups, outputs = N·C_out·(output H·W). CPU convolution kernels change
+    speed with channels, kernel size and stride at equal FLOPs; zeros for other layers.
 
     >>> f = _conv_features({"layer_kind": "conv", "input_shapes": "2x16x28x28", "param_bytes": 32 * 16 * 9 * 4,
     ...                     "flops": 2 * 2 * 14 * 14 * 32 * 16 * 9, "bytes_written": 2 * 32 * 14 * 14 * 4})
     >>> [round(10 ** f[k] - 1) for k in ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area",
     ...                                  "log_conv_stride_area", "log_conv_in_channels")]
     [196, 32, 9, 4, 16]
+    >>> f = _conv_features({"layer_kind": "conv", "input_shapes": "2x64x128", "param_bytes": 64 * 4 * 4,
+    ...                     "flops": 2 * 2 * 128 * 64 * 4, "bytes_written": 2 * 64 * 128 * 4})  # depthwise, k=4
+    >>> [round(10 ** f[k] - 1, 2) for k in ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area",
+    ...                                     "log_conv_stride_area", "log_conv_in_channels")]
+    [128.0, 64.0, 0.06, 1.0, 64.0]
     """
     names = ("log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
              "log_conv_in_channels")
     dims = _first_shape(row["input_shapes"])
     weights = float(row["param_bytes"]) / 4.0
-    if row["layer_kind"] != "conv" or len(dims) != 4 or weights < 1 or min(dims) < 1:
+    if row["layer_kind"] != "conv" or len(dims) not in (3, 4) or weights < 1 or min(dims) < 1:
         return dict.fromkeys(names, 0.0)
-    batch, c_in, hw = dims[0], dims[1], dims[2] * dims[3]
+    batch, c_in, hw = dims[0], dims[1], math.prod(dims[2:])
     out_hw = max(1.0, float(row["flops"]) / (2.0 * batch * weights))
     c_out = max(1.0, float(row["bytes_written"]) / 4.0 / (batch * out_hw))
     return dict(zip(names, (_log(out_hw), _log(c_out), _log(weights / (c_out * c_in)), _log(hw / out_hw), _log(c_in)),
@@ -217,19 +222,43 @@ def single_dtype(rows: Iterable[dict[str, Any]]) -> str:
 def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = False) -> int:
     """Write (or append) rows to a CSV with the header :data:`COLUMNS`; returns how many.
 
-    A row without an event span (every CPU row) leaves ``event_time_s`` empty."""
+    A row without an event span (every CPU row) leaves ``event_time_s`` empty.  Appending keeps the
+    file's own header: one written before the :data:`OPTIONAL` columns gets rows without them, as
+    long as they hold those columns' defaults (fp32, no event span); a row that does not raises
+    ``ValueError`` naming the file and the column, and is not written (rows are streamed: those
+    before it are)."""
     path = Path(path)
     new = not append or not path.exists() or path.stat().st_size == 0
+    fields = COLUMNS if new else _appendable_header(path)
+    dropped = [c for c in OPTIONAL if c not in fields]
     count = 0
     with path.open("w" if new else "a", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=COLUMNS, extrasaction="raise")
+        writer = csv.DictWriter(fh, fieldnames=fields, extrasaction="raise")
         if new:
             writer.writeheader()
         for row in rows:
             event = row.get("event_time_s")
-            writer.writerow({**row, "event_time_s": ""} if event is None or event != event else row)  # NaN: empty
+            row = {**row, "event_time_s": ""} if event is None or event != event else row  # NaN: empty
+            for column in dropped:
+                if row.get(column, "") not in ("", OPTIONAL[column]):
+                    raise ValueError(f"{path} has no {column} column (written before it), so a row with "
+                                     f"{column}={row[column]!r} cannot be appended: write a new file")
+                row = {k: v for k, v in row.items() if k != column}
+            writer.writerow(row)
             count += 1
     return count
+
+
+def _appendable_header(path: Path) -> tuple[str, ...]:
+    """The header of a profile CSV to append to: :data:`COLUMNS`, or those of an older file."""
+    with path.open(newline="") as fh:
+        header = tuple(next(csv.reader(fh), ()))
+    unknown, missing = set(header) - set(COLUMNS), set(_REQUIRED) - set(header)
+    if unknown or missing:
+        raise ValueError(f"{path}: cannot append to it, it is not a pipeplan profile dataset "
+                         f"(unknown columns: {', '.join(sorted(unknown)) or 'none'}; "
+                         f"missing: {', '.join(sorted(missing)) or 'none'})")
+    return header
 
 
 def read_dataset(path: str | Path, required: Sequence[str] = _REQUIRED) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, sample_specs
+from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, conv1d_flops, conv1d_ok, sample_specs
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
@@ -35,6 +35,10 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
     "maxpool": {"b": [1, 8, 32, 64], "c": [64, 128, 256], "hw": [56, 112, 224], "k": [2, 3]},
     "avgpool": {"b": [1, 8, 32, 64], "c": [512, 1024, 2048], "hw": [7, 14, 28]},
     "embedding": {"v": [32000, 50257, 128256], "c": [768, 2048, 4096], "b": [1, 8, 32, 64], "t": [128, 512, 2048]},
+    "conv1d": {"b": [1, 8, 32, 64], "cin": [1, 80, 128, 512, 1024, 2048], "cout": [128, 512, 1024, 2048],
+               "k": [1, 3, 5, 10], "s": [1, 2, 5], "g": [1, 1, 4], "l": [128, 1024, 4096, 16000, 65536]},
+    "dwconv1d": {"b": [1, 8, 32, 64], "c": [512, 1024, 2048, 4096], "k": [3, 4, 15, 31], "s": [1, 2],
+                 "l": [128, 1024, 4096, 16384]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -47,15 +51,19 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         "conv2d": 2 * p.get("b", 0) * p.get("cin", 0) * p.get("cout", 0) * p.get("k", 0) ** 2 * out_hw**2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, 0)
+    }.get(kind, conv1d_flops(kind, p))
     first_input = {
         "linear": p.get("m", 0) * p.get("k", 0), "layernorm": p.get("m", 0) * p.get("c", 0),
         "relu": p.get("m", 0) * p.get("c", 0), "gelu": p.get("m", 0) * p.get("c", 0),
         "attention": p.get("b", 0) * p.get("h", 0) * p.get("t", 0) * p.get("d", 0),
         "bmm": p.get("b", 0) * p.get("m", 0) * max(p.get("k", 0), p.get("n", 0)),
+        "conv1d": p.get("b", 0) * p.get("cin", 0) * p.get("l", 0),
+        "dwconv1d": p.get("b", 0) * p.get("c", 0) * p.get("l", 0),
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes
+    if not conv1d_ok(kind, p):
+        return False
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES
 
 

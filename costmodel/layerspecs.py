@@ -59,6 +59,13 @@ _BUILDERS: dict[str, _Builder] = {
     "avgpool": lambda p: (nn.AdaptiveAvgPool2d(1), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
     "embedding": lambda p: (nn.Embedding(p["v"], p["c"]),
                             (torch.randint(0, p["v"], (p["b"], p["t"])),)),
+    # 1-D convolutions come last, so that adding them left the seeded shapes of the kinds above as they
+    # were: dense or grouped (``g`` groups) as in audio stems (strided, wide kernels) and SqueezeBERT
+    # (grouped, kernel 1); depthwise (one filter per channel) as in conformer and state-space blocks.
+    "conv1d": lambda p: (nn.Conv1d(p["cin"], p["cout"], p["k"], stride=p["s"], padding=p["k"] // 2, groups=p["g"]),
+                         (_randn(p["b"], p["cin"], p["l"]),)),
+    "dwconv1d": lambda p: (nn.Conv1d(p["c"], p["c"], p["k"], stride=p["s"], padding=p["k"] // 2, groups=p["c"]),
+                           (_randn(p["b"], p["c"], p["l"]),)),
 }
 KINDS = tuple(_BUILDERS)
 
@@ -78,6 +85,10 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
     "maxpool": {"b": [1, 2, 4], "c": [16, 64, 128, 256], "hw": [14, 28, 56, 112], "k": [2, 3]},
     "avgpool": {"b": [1, 2, 4], "c": [64, 256, 512, 1024, 2048], "hw": [7, 14, 28]},
     "embedding": {"v": [1000, 10000, 50257], "c": [128, 256, 768], "b": [1, 2, 4, 8], "t": [16, 64, 128, 256]},
+    "conv1d": {"b": [1, 2, 4, 8], "cin": [1, 16, 64, 128, 256, 512, 768], "cout": [16, 64, 128, 256, 512, 768],
+               "k": [1, 3, 5, 10, 15], "s": [1, 1, 2, 5], "g": [1, 1, 4], "l": [16, 64, 128, 512, 2048, 8192]},
+    "dwconv1d": {"b": [1, 2, 4, 8], "c": [64, 128, 256, 512, 768, 1024], "k": [3, 4, 7, 9, 15, 31], "s": [1, 1, 2],
+                 "l": [16, 32, 64, 128, 256, 512, 2048]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -144,11 +155,31 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
         * (p.get("hw", 0) // p.get("s", 1)) ** 2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, 0)
+    }.get(kind, conv1d_flops(kind, p))
     elements = 1
-    for name in ("b", "m", "c", "cin", "hw", "t", "h", "d"):
+    for name in ("b", "m", "c", "cin", "hw", "t", "h", "d", "l"):
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
-    return flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
+    return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
+            and conv1d_ok(kind, p))
+
+
+def conv1d_ok(kind: str, p: dict[str, int]) -> bool:
+    """Whether a 1-D convolution draw is a real layer (true for other kinds): a stride no wider than the
+    kernel, a kernel no longer than the input, groups that divide both channel counts."""
+    if kind == "dwconv1d":
+        return p["s"] <= p["k"] <= p["l"]
+    if kind == "conv1d":
+        return p["s"] <= p["k"] <= p["l"] and p["cin"] % p["g"] == 0 and p["cout"] % p["g"] == 0
+    return True
+
+
+def conv1d_flops(kind: str, p: dict[str, int]) -> int:
+    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds)."""
+    if kind == "dwconv1d":  # one k-tap filter per channel
+        return 2 * p["b"] * p["c"] * p["k"] * (p["l"] // p["s"])
+    if kind == "conv1d":
+        return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * (p["l"] // p["s"])
+    return 0
 
 
 def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],

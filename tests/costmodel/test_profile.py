@@ -63,6 +63,32 @@ def test_sweep_covers_every_layer_type_with_distinct_buildable_shapes() -> None:
     assert parse_spec(specs[0].key) == specs[0]
 
 
+@pytest.mark.parametrize("key, geometry", [
+    # Whisper's strided stem: 80 mel bins → 128 channels, kernel 3, stride 2 over 64 frames
+    ("conv1d:b=2,cin=80,cout=128,k=3,s=2,g=1,l=64", {"out_hw": 32, "out": 128, "kernel": 3, "stride": 2, "in": 80}),
+    # SqueezeBERT's grouped pointwise projection
+    ("conv1d:b=2,cin=128,cout=512,k=1,s=1,g=4,l=64",
+     {"out_hw": 64, "out": 512, "kernel": 1 / 4, "stride": 1, "in": 128}),
+    # a conformer's depthwise convolution: one 15-tap filter per channel
+    ("dwconv1d:b=2,c=128,k=15,s=1,l=100", {"out_hw": 100, "out": 128, "kernel": 15 / 128, "stride": 1, "in": 128}),
+])
+def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geometry) -> None:
+    from pipeplan.costmodel.dataset import _conv_features, layer_features
+    from pipeplan.costmodel.layerspecs import conv1d_flops
+
+    spec = parse_spec(key)
+    (target,) = targets_from_specs([spec])
+    assert target.layer.kind == "conv" and "aten.conv1d" in target.layer.ops
+    # the sweep's size limit counts what capture does
+    assert target.layer.flops == conv1d_flops(spec.kind, dict(spec.params))
+    features = _conv_features(layer_features(target.layer))
+    recovered = {name: 10 ** features[f"log_conv_{column}"] - 1 for name, column in
+                 (("out_hw", "out_hw"), ("out", "out_channels"), ("kernel", "kernel_area"),
+                  ("stride", "stride_area"), ("in", "in_channels"))}
+    # the layer's parameters include the bias, which the geometry reads as weights: within 10%
+    assert recovered == pytest.approx(geometry, rel=0.1)
+
+
 @pytest.mark.parametrize("bad, message", [("linear:m=4", "needs"), ("warp:x=1", "unknown layer type"),
                                           ("linear:m=four", "cannot read")])
 def test_bad_layer_specs_are_named(bad: str, message: str) -> None:

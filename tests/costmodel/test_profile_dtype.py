@@ -119,6 +119,30 @@ def test_shipped_datasets_without_the_new_columns_read_as_fp32(tmp_path: Path) -
         read_dataset(bad)
 
 
+def test_appending_to_a_dataset_written_before_the_new_columns_keeps_its_header(tmp_path: Path) -> None:
+    # the Zen 5's shipped profile predates the dtype and event_time_s columns
+    old = Path(str(SHIPPED_DATASET).replace("xeon", "epyc"))
+    header = old.read_text().split("\n", 1)[0].split(",")
+    assert "dtype" not in header and "event_time_s" not in header
+    data = tmp_path / "old.csv"
+    data.write_text("\n".join(old.read_text().split("\n")[:3]) + "\n")  # its header and two rows
+    targets = targets_from_specs([parse_spec("conv1d:b=1,cin=16,cout=16,k=3,s=1,g=1,l=32")])
+    settings = ProfileSettings(levels=[Contention()], cores=(CORE,), repeats=2, window=0.002, warmup=1)
+    assert profile(targets, data, settings, DEVICE) == 1  # profile appends row by row
+    assert data.read_text().split("\n", 1)[0].split(",") == header
+    rows = read_dataset(data)
+    assert len(rows) == 3 and rows[2]["config"] == "conv1d:b=1,cin=16,cout=16,k=3,s=1,g=1,l=32"
+    assert rows[2]["main_op"] == "aten.conv1d" and rows[2]["dtype"] == "fp32" and rows[2]["time_s"] > 0
+    # a bf16 row has nowhere to say so in that file: refused before anything is written
+    before = data.read_text()
+    with pytest.raises(ValueError, match="has no dtype column"):
+        write_rows(data, [{**rows[0], "dtype": "bf16"}], append=True)
+    assert data.read_text() == before
+    (tmp_path / "other.csv").write_text("a,b\n1,2\n")
+    with pytest.raises(ValueError, match="not a pipeplan profile dataset"):
+        write_rows(tmp_path / "other.csv", rows[:1], append=True)
+
+
 def test_training_refuses_rows_of_several_dtypes(tmp_path: Path) -> None:
     rows = read_dataset(SHIPPED_DATASET)[:40]
     mixed = rows[:20] + [{**r, "dtype": "bf16"} for r in rows[20:]]
