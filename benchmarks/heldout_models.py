@@ -92,7 +92,7 @@ THIRD = ("gpt_bigcode", "convbert", "pvt_v2")
 # (``costmodel/layerspecs.py``'s ``conv1d``): architectures built on them — strided stems over audio,
 # depthwise convolutions inside conformer and state-space blocks. ConvBERT and SqueezeBERT, whose misses
 # led to that sweep, are its development models; these were scored without it, and with the two versions
-# of it (80 and 240 dense shapes) that the development models chose between (benchmarks/README.md).
+# of it (80 and 240 dense or grouped shapes) that the development models chose between (benchmarks/README.md).
 
 
 def whisper_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:

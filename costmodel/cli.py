@@ -77,6 +77,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+    from pipeplan.costmodel.dataset import check_appendable
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
 
@@ -85,6 +86,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     dtype = getattr(args, "dtype", None) or "fp32"  # the option is shared with `profile MODEL` (pipeplan.cli_args)
     if out.exists() and not args.append:
         raise UsageError(f"{out} exists: pass --append to add rows to it, or choose another --out")
+    with user_input(f"--out {out}"):
+        check_appendable(out, dtype, events=args.gpu is not None)
     with user_input("profile options"):
         settings = ProfileSettings(
             levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,

@@ -21,7 +21,8 @@ from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
 __all__ = [
-    "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "contention_features", "contention_from_row",
+    "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",
+    "contention_from_row",
     "device_features", "layer_features", "main_op", "model_inputs", "read_dataset", "single_dtype", "write_rows",
 ]
 
@@ -152,7 +153,9 @@ def _conv_features(row: dict[str, Any]) -> dict[str, float]:
     """A convolution's geometry, recovered from what every layer records: an N×C×H×W input (N×C×L
     for a 1-D convolution, whose "H·W" is L and "k²" is k), FLOPs = 2·N·(output H·W)·(weights),
     weights = C_out·C_in·k²/groups, outputs = N·C_out·(output H·W). CPU convolution kernels change
-    speed with channels, kernel size and stride at equal FLOPs; zeros for other layers.
+    speed with channels, kernel size and stride at equal FLOPs; zeros for other layers. The weights
+    are read from the layer's parameters, bias included, as every shipped model was trained: it skews
+    layers with few weights per output channel (a 4-tap depthwise convolution's length reads 4/5).
 
     >>> f = _conv_features({"layer_kind": "conv", "input_shapes": "2x16x28x28", "param_bytes": 32 * 16 * 9 * 4,
     ...                     "flops": 2 * 2 * 14 * 14 * 32 * 16 * 9, "bytes_written": 2 * 32 * 14 * 14 * 4})
@@ -247,6 +250,21 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
             writer.writerow(row)
             count += 1
     return count
+
+
+def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False) -> None:
+    """Raise ``ValueError`` unless rows of ``dtype`` (with CUDA-event spans when ``events``) can be
+    appended to ``path``: a profile dataset, or nothing yet.  For a profiler to call before it
+    measures, not after its first row."""
+    path = Path(path)
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    header = _appendable_header(path)
+    for column, needed, what in (("dtype", dtype != "fp32", f"{dtype} rows"),
+                                 ("event_time_s", events, "rows with CUDA-event spans")):
+        if needed and column not in header:
+            raise ValueError(f"{path} was written before the {column} column, so {what} cannot be appended "
+                             "to it: write a new file")
 
 
 def _appendable_header(path: Path) -> tuple[str, ...]:

@@ -64,6 +64,8 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         return False  # RGB input only at real image sizes
     if not conv1d_ok(kind, p):
         return False
+    if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
+        first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * p["l"] // p["s"])
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES
 
 

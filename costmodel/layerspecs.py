@@ -174,12 +174,14 @@ def conv1d_ok(kind: str, p: dict[str, int]) -> bool:
 
 
 def conv1d_flops(kind: str, p: dict[str, int]) -> int:
-    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds)."""
+    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds), over
+    the output length the builder's padding of ``k // 2`` gives (an even kernel adds a step)."""
+    if kind not in ("conv1d", "dwconv1d"):
+        return 0
+    steps = (p["l"] + 2 * (p["k"] // 2) - p["k"]) // p["s"] + 1
     if kind == "dwconv1d":  # one k-tap filter per channel
-        return 2 * p["b"] * p["c"] * p["k"] * (p["l"] // p["s"])
-    if kind == "conv1d":
-        return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * (p["l"] // p["s"])
-    return 0
+        return 2 * p["b"] * p["c"] * p["k"] * steps
+    return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * steps
 
 
 def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],

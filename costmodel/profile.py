@@ -43,7 +43,13 @@ import torch
 
 from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.dataset import DTYPES as DATASET_DTYPES
-from pipeplan.costmodel.dataset import contention_features, device_features, layer_features, write_rows
+from pipeplan.costmodel.dataset import (
+    check_appendable,
+    contention_features,
+    device_features,
+    layer_features,
+    write_rows,
+)
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
@@ -275,6 +281,7 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     if other:
         raise ValueError(f"targets built in {', '.join(other)} for a {settings.dtype} profile: build them with "
                          f"dtype={settings.dtype!r}")
+    check_appendable(out, settings.dtype, events=settings.gpu is not None)
     if settings.gpu is not None and settings.warm_seconds > 0:
         warm_gpu(settings.gpu, settings.warm_seconds)
     device = device or measure_device(settings)

@@ -23,7 +23,7 @@ from pipeplan.costmodel.profile import (
     targets_from_models,
     targets_from_specs,
 )
-from pipeplan.costmodel.registry import SHIPPED_DATASET
+from pipeplan.costmodel.registry import SHIPPED_DATASET, SHIPPED_NAMES
 from tests.cli_run import run
 
 CORE = min(os.sched_getaffinity(0))
@@ -121,7 +121,7 @@ def test_shipped_datasets_without_the_new_columns_read_as_fp32(tmp_path: Path) -
 
 def test_appending_to_a_dataset_written_before_the_new_columns_keeps_its_header(tmp_path: Path) -> None:
     # the Zen 5's shipped profile predates the dtype and event_time_s columns
-    old = Path(str(SHIPPED_DATASET).replace("xeon", "epyc"))
+    old = SHIPPED_NAMES["learned-epyc"].dataset
     header = old.read_text().split("\n", 1)[0].split(",")
     assert "dtype" not in header and "event_time_s" not in header
     data = tmp_path / "old.csv"
@@ -133,10 +133,20 @@ def test_appending_to_a_dataset_written_before_the_new_columns_keeps_its_header(
     rows = read_dataset(data)
     assert len(rows) == 3 and rows[2]["config"] == "conv1d:b=1,cin=16,cout=16,k=3,s=1,g=1,l=32"
     assert rows[2]["main_op"] == "aten.conv1d" and rows[2]["dtype"] == "fp32" and rows[2]["time_s"] > 0
-    # a bf16 row has nowhere to say so in that file: refused before anything is written
+    # a bf16 row, or one with a CUDA-event span, has nowhere to say so in that file: refused, nothing written
     before = data.read_text()
     with pytest.raises(ValueError, match="has no dtype column"):
         write_rows(data, [{**rows[0], "dtype": "bf16"}], append=True)
+    with pytest.raises(ValueError, match="has no event_time_s column"):
+        write_rows(data, [{**rows[0], "event_time_s": 0.001}], append=True)
+    assert data.read_text() == before
+    # and a bf16 profile is refused before it measures anything, by the command too
+    bf16 = ProfileSettings(levels=[Contention()], cores=(CORE,), repeats=2, window=0.002, warmup=1, dtype="bf16")
+    with pytest.raises(ValueError, match="written before the dtype column"):
+        profile(targets_from_specs([parse_spec("relu:m=8,c=64")], dtype="bf16"), data, bf16, DEVICE)
+    result = run("profile", "--out", str(data), "--append", "--dtype", "bf16", "--layers", "relu:m=8,c=64",
+                 "--levels", "idle", "--cores", str(CORE))
+    assert result.returncode == 2 and "written before the dtype column" in result.stderr
     assert data.read_text() == before
     (tmp_path / "other.csv").write_text("a,b\n1,2\n")
     with pytest.raises(ValueError, match="not a pipeplan profile dataset"):
