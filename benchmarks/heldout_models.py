@@ -141,7 +141,7 @@ def lfm2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 FOURTH = ("whisper_encoder", "wav2vec2_conformer", "mamba", "lfm2")
 
 
-# A fifth held-out set, written on 2026-11-24 at 20:50 UTC after training's cross-validation showed the
+# A fifth held-out set, written on 2026-11-24 at 20:47 UTC after training's cross-validation showed the
 # 1-D depthwise rows pulling 2-D depthwise predictions up (ConvNeXt V2 held out): architectures built on
 # 2-D depthwise convolutions, to judge the Zen 5's model with and without the 1-D rows on them.
 
