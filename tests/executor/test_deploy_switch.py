@@ -9,6 +9,7 @@ import signal
 import threading
 import time
 from concurrent.futures import Future
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +165,13 @@ def test_a_killed_stage_process_is_replanned_around_and_its_requests_replayed(cl
 
 
 def test_drift_from_the_prediction_triggers_a_replan(clusters: dict[int, Path]) -> None:
-    """The cluster spec says 50 GFLOP/s per core; the measured stages are far from what the roofline
-    predicts from it (an mlp's layers take microseconds: Python and dispatch dominate), so a 20 %
-    threshold fires: the deployment re-plans with the device's measured slowdown."""
+    """A plan whose stage times are a tenth of what its cost model said (made for faster cores than
+    these): the measured stages are several times the prediction on any CPU, so a 20 % threshold
+    fires and the deployment re-plans with the device's measured slowdown.  (The cost model's own
+    figures, the roofline of the spec's 50 GFLOP/s per core, are not far enough from an mlp's real
+    times to fire on every CPU: a Zen 5 core runs its microsecond layers in 0.7-0.8 of them.)"""
     plan, samples, expected = _mlp(clusters[2], 160)
+    plan = replace(plan, stages=[replace(stage, compute=stage.compute / 10) for stage in plan.stages])
     serving = ServeOptions(max_wait_ms=1, drift=0.2, drift_after=5, drift_interval=0.2)
     with deploy_plan(plan, options=_options(clusters[2]), serving=serving) as d:
         stream = _Stream(d, samples)
@@ -178,9 +182,9 @@ def test_drift_from_the_prediction_triggers_a_replan(clusters: dict[int, Path]) 
         slowdowns = {dev.id: dev.slowdown for dev in d.cluster.devices}
         stats = d.stats()
     _check_answers(answers, samples, expected)
-    # re-planned with a device's times scaled by what was measured: several times the roofline's
-    assert any(s is not None and s > 1.2 for s in slowdowns.values()), slowdowns
-    assert all(r.why.startswith("drift: ") for r in stats.switches)
+    # re-planned with a device's times scaled by what was measured: several times the plan's
+    assert any(s is not None and s > 3 for s in slowdowns.values()), slowdowns
+    assert stats.switches and all(r.why.startswith("drift: ") for r in stats.switches)
     assert stats.answered == 160 and stats.failed == 0
 
 
