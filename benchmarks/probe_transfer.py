@@ -24,7 +24,6 @@ to an unseen architecture.
 from __future__ import annotations
 
 import argparse
-import statistics
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +32,7 @@ import numpy as np
 from pipeplan.costmodel.dataset import read_dataset
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Device
-from pipeplan.costmodel.in_model import family, whole_model_errors
+from pipeplan.costmodel.in_model import family, whole_model_errors, whole_model_summary
 from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.probe import PROBE_MODELS, ProbedCostModel, _quiet_times, fit
 
@@ -63,10 +62,8 @@ def device_of(rows: list[dict[str, Any]]) -> Device:
 
 
 def summary(errors: dict[str, float]) -> str:
-    values = list(errors.values())
-    worst = max(values, key=abs)
-    within = sum(abs(v) <= 0.25 for v in values) / len(values)
-    return f"{statistics.median(abs(v) for v in values):.0%} / {worst:+.0%} / {within:.0%}"
+    figures = whole_model_summary(errors)
+    return f"{figures['median_abs']:.0%} / {figures['worst']:+.0%} / {figures['within_25']:.0%}"
 
 
 def main() -> None:
@@ -97,12 +94,12 @@ def main() -> None:
         bases = {name: model for name, model in models.items() if name != target}
         measured = [(str(r["config"]), layer_of(r), float(r["time_s"])) for r in probe_rows]
         probe = fit(measured, device, list(bases.values()))  # every base at once, as the command fits them
+        configurations = len({r["source"] for r in test_rows})
         for base, model in bases.items():
             key = model.spec or model.name
             alone = np.array(_quiet_times(model, test_layers, device))
             probed = np.array(ProbedCostModel(model, probe).layer_times(test_layers, device))
             chosen = " (chosen)" if probe.base == key else ""
-            configurations = len({r["source"] for r in test_rows})
             print(f"| {target} | {base}{chosen} | {probe.spread[key]:.3f} | {configurations} | "
                   f"{summary(whole_model_errors(test_rows, alone))} | "
                   f"{summary(whole_model_errors(test_rows, probed))} | {summary(own)} |", flush=True)

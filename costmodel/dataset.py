@@ -242,11 +242,12 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
         for row in rows:
             event = row.get("event_time_s")
             row = {**row, "event_time_s": ""} if event is None or event != event else row  # NaN: empty
-            for column in dropped:
-                if row.get(column, "") not in ("", OPTIONAL[column]):
+            if dropped:
+                column = _unstorable(fields, row)
+                if column is not None:
                     raise ValueError(f"{path} has no {column} column (written before it), so a row with "
                                      f"{column}={row[column]!r} cannot be appended: write a new file")
-                row = {k: v for k, v in row.items() if k != column}
+                row = {k: v for k, v in row.items() if k not in dropped}
             writer.writerow(row)
             count += 1
     return count
@@ -259,12 +260,18 @@ def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return
-    header = _appendable_header(path)
-    for column, needed, what in (("dtype", dtype != "fp32", f"{dtype} rows"),
-                                 ("event_time_s", events, "rows with CUDA-event spans")):
-        if needed and column not in header:
-            raise ValueError(f"{path} was written before the {column} column, so {what} cannot be appended "
-                             "to it: write a new file")
+    column = _unstorable(_appendable_header(path), {"dtype": dtype, "event_time_s": 0.0 if events else ""})
+    if column is not None:
+        what = {"dtype": f"{dtype} rows", "event_time_s": "rows with CUDA-event spans"}[column]
+        raise ValueError(f"{path} was written before the {column} column, so {what} cannot be appended "
+                         "to it: write a new file")
+
+
+def _unstorable(header: Sequence[str], row: dict[str, Any]) -> str | None:
+    """The first :data:`OPTIONAL` column ``header`` lacks while ``row`` holds more than its default
+    there (empty, or the default, is what such a file means by its absence)."""
+    return next((column for column, default in OPTIONAL.items()
+                 if column not in header and row.get(column, "") not in ("", default)), None)
 
 
 def _appendable_header(path: Path) -> tuple[str, ...]:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, conv1d_flops, conv1d_ok, sample_specs
+from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, conv1d_flops, conv1d_ok, conv1d_steps, sample_specs
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
@@ -65,7 +65,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     if not conv1d_ok(kind, p):
         return False
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
-        first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * p["l"] // p["s"])
+        first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES
 
 

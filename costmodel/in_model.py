@@ -31,7 +31,8 @@ import numpy as np
 from pipeplan.costmodel.dataset import NUMERIC
 from pipeplan.costmodel.estimators import encode, vocabulary_of
 
-__all__ = ["BOUNDS", "InModelCorrection", "family", "family_cross_validation", "whole_model_errors"]
+__all__ = ["BOUNDS", "InModelCorrection", "family", "family_cross_validation", "whole_model_errors",
+           "whole_model_summary"]
 
 # log10 bounds of the correction: 1/30× to 4× the sweep. Downward it must reach far: the sweep
 # prices operators it never profiled by analogy (SiLU in EfficientNet, 14× too high); upward, wider
@@ -120,11 +121,13 @@ def family_cross_validation(rows: Sequence[dict[str, Any]], sweep_log: np.ndarra
     before = whole_model_errors(rows, np.power(10.0, sweep_log))
     after = whole_model_errors(rows, np.power(10.0, corrected))
     return {"families": families, "models": len(before),
-            "sweep": _summary(before), "corrected": _summary(after),
+            "sweep": whole_model_summary(before), "corrected": whole_model_summary(after),
             "per_model": {k: {"sweep": before[k], "corrected": after[k]} for k in sorted(before)}}
 
 
-def _summary(errors: dict[str, float]) -> dict[str, float]:
+def whole_model_summary(errors: dict[str, float]) -> dict[str, float]:
+    """Median |error|, the worst error (signed) and the shares within ±10% and ±25% of
+    :func:`whole_model_errors`."""
     values = list(errors.values())
     worst = max(values, key=abs)
     return {"median_abs": statistics.median(abs(v) for v in values), "worst": worst,

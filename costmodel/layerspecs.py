@@ -173,15 +173,19 @@ def conv1d_ok(kind: str, p: dict[str, int]) -> bool:
     return True
 
 
+def conv1d_steps(p: dict[str, int]) -> int:
+    """The output length of a ``conv1d`` or ``dwconv1d``: the builder pads by ``k // 2`` on each side,
+    so an even kernel adds a step."""
+    return (p["l"] + 2 * (p["k"] // 2) - p["k"]) // p["s"] + 1
+
+
 def conv1d_flops(kind: str, p: dict[str, int]) -> int:
-    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds), over
-    the output length the builder's padding of ``k // 2`` gives (an even kernel adds a step)."""
-    if kind not in ("conv1d", "dwconv1d"):
-        return 0
-    steps = (p["l"] + 2 * (p["k"] // 2) - p["k"]) // p["s"] + 1
+    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds)."""
     if kind == "dwconv1d":  # one k-tap filter per channel
-        return 2 * p["b"] * p["c"] * p["k"] * steps
-    return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * steps
+        return 2 * p["b"] * p["c"] * p["k"] * conv1d_steps(p)
+    if kind == "conv1d":
+        return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * conv1d_steps(p)
+    return 0
 
 
 def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],
