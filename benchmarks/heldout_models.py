@@ -7,7 +7,8 @@ choice's last change (a message to or from a loaded core waits for both ends,
 ``executor/as_run.py``), and scored once with it; the second three (``THIRD``:
 GPTBigCode, ConvBERT, PVTv2) while the wake model's share of the credit in a pipeline was being
 measured, and scored once after it was fixed; the fourth (``FOURTH``: a Whisper encoder,
-Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions. All are small
+Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions, the fifth (``FIFTH``) to judge
+the 1-D rows on 2-D depthwise convolutions, the sixth (``SIXTH``) before the sweep timed unfolds. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).
@@ -171,3 +172,56 @@ def mobilevitv2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 FIFTH = ("focalnet", "swiftformer", "mobilevitv2")
+
+
+# A sixth held-out set, written on 2026-11-24 at 21:50 UTC before the sweep timed ``aten.im2col`` and
+# ``aten.col2im`` (``nn.Unfold``/``nn.Fold``), the glue that ConvBERT's miss comes from: two architectures
+# that unfold images into patches, and two that do not, to see whether retraining moves anything else.
+# ConvBERT (overlapping 9×1 unfolds) is the development model.
+
+
+def llama4_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Llama 4 vision encoder (an ``nn.Unfold`` patch embedding, 2-D rotary attention, a
+    pixel-shuffle MLP), 64×64 images."""
+    from transformers import Llama4VisionConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4VisionModel
+
+    config = Llama4VisionConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=512,
+                                image_size=64, patch_size=8, vision_output_dim=128, projector_input_dim=128,
+                                projector_output_dim=128, pixel_shuffle_ratio=0.5)
+    return Llama4VisionModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def depth_pro(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A DepthPro (overlapping image patches by ``F.unfold`` through a shared DINOv2 patch encoder, an
+    image encoder, a feature fusion decoder), 2-layer 64-wide encoders, 64×64 images."""
+    from transformers import DepthProConfig, DepthProModel
+
+    encoder = dict(model_type="dinov2", hidden_size=64, num_hidden_layers=2, num_attention_heads=2, mlp_ratio=2,
+                   image_size=32, patch_size=8)
+    config = DepthProConfig(fusion_hidden_size=32, patch_size=32, intermediate_hook_ids=[1],
+                            intermediate_feature_dims=[32], scaled_images_ratios=[0.5, 1.0],
+                            scaled_images_overlap_ratios=[0.0, 0.25], scaled_images_feature_dims=[32, 32],
+                            image_model_config=encoder, patch_model_config=encoder, fov_model_config=encoder,
+                            use_fov_model=False)
+    return DepthProModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def funnel(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-block Funnel Transformer (the sequence pooled between blocks, relative attention), 64 tokens."""
+    from transformers import FunnelConfig, FunnelModel
+
+    config = FunnelConfig(vocab_size=2000, block_sizes=[1, 1, 1], d_model=128, n_head=4, d_head=32, d_inner=512)
+    return FunnelModel(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+def gemma(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Gemma decoder (multi-query attention, GeGLU, RMSNorm with a unit offset), 64 tokens."""
+    from transformers import GemmaConfig, GemmaForCausalLM
+
+    config = GemmaConfig(vocab_size=2000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=32, use_cache=False)
+    return GemmaForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+SIXTH = ("llama4_vision", "depth_pro", "funnel", "gemma")
