@@ -15,12 +15,24 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, conv1d_flops, conv1d_ok, conv1d_steps, sample_specs
+from pipeplan.costmodel.layerspecs import (
+    KINDS,
+    LayerSpec,
+    conv1d_flops,
+    conv1d_ok,
+    conv1d_steps,
+    sample_specs,
+    unfold_blocks,
+    unfold_ok,
+)
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
 _TOKENS = [128, 512, 1024, 2048, 4096, 8192, 16384, 32768]
 _HIDDEN = [512, 768, 1024, 2048, 4096, 8192]
+# Patches of real images (ViT-style 14/16-pixel patches, MobileViT's 2×2) and sliding token windows (w = 1).
+_UNFOLD = {"b": [1, 8, 32, 64], "c": [3, 64, 256, 768, 1024], "h": [14, 56, 224, 384, 512, 1024],
+           "w": [1, 14, 56, 224, 384, 512], "kh": [1, 2, 3, 9, 14, 16], "kw": [1, 2, 3, 14, 16], "s": [1, 2, 14, 16]}
 GPU_GRIDS: dict[str, dict[str, list[int]]] = {
     "linear": {"m": _TOKENS, "k": _HIDDEN, "n": [*_HIDDEN, 3 * 768, 4 * 4096]},
     "conv2d": {"b": [1, 8, 32, 64], "cin": [3, 64, 128, 256, 512, 1024, 2048], "cout": [64, 128, 256, 512, 2048],
@@ -39,6 +51,8 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
                "k": [1, 3, 5, 10], "s": [1, 2, 5], "g": [1, 1, 4], "l": [128, 1024, 4096, 16000, 65536]},
     "dwconv1d": {"b": [1, 8, 32, 64], "c": [512, 1024, 2048, 4096], "k": [3, 4, 15, 31], "s": [1, 2],
                  "l": [128, 1024, 4096, 16384]},
+    "unfold": _UNFOLD,
+    "fold": _UNFOLD,
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -62,8 +76,10 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes
-    if not conv1d_ok(kind, p):
+    if not (conv1d_ok(kind, p) and unfold_ok(kind, p)):
         return False
+    if kind in ("unfold", "fold"):  # the patch matrix is the large side
+        first_input = p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p)
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
         first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES

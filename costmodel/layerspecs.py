@@ -66,9 +66,20 @@ _BUILDERS: dict[str, _Builder] = {
                          (_randn(p["b"], p["cin"], p["l"]),)),
     "dwconv1d": lambda p: (nn.Conv1d(p["c"], p["c"], p["k"], stride=p["s"], padding=p["k"] // 2, groups=p["c"]),
                            (_randn(p["b"], p["c"], p["l"]),)),
+    # Patch rearrangement (``aten.im2col`` / ``aten.col2im``), after the 1-D convolutions for the same reason: no
+    # FLOPs, yet on a CPU core it moves a few GB/s at best. ConvBERT unfolds 9×1 token windows (w = 1), vision
+    # encoders cut images into patches (stride = kernel), MobileViT folds them back.
+    "unfold": lambda p: (nn.Unfold((p["kh"], p["kw"]), padding=unfold_padding(p), stride=p["s"]),
+                         (_randn(p["b"], p["c"], p["h"], p["w"]),)),
+    "fold": lambda p: (nn.Fold((p["h"], p["w"]), (p["kh"], p["kw"]), padding=unfold_padding(p), stride=p["s"]),
+                       (_randn(p["b"], p["c"] * p["kh"] * p["kw"], unfold_blocks(p)),)),
 }
 KINDS = tuple(_BUILDERS)
 
+# Both directions over one grid: b×c×h×w images (w = 1: a token sequence), kh×kw kernels, stride s.
+_UNFOLD_GRID = {"b": [1, 2, 4, 8], "c": [3, 16, 32, 64, 128, 256, 512, 768], "h": [8, 16, 32, 64, 128, 224],
+                "w": [1, 1, 8, 16, 32, 64, 128, 224], "kh": [1, 2, 3, 5, 8, 9, 15, 16], "kw": [1, 1, 2, 3, 8, 16],
+                "s": [1, 1, 1, 2, 4, 8, 16]}
 _GRIDS: dict[str, dict[str, list[int]]] = {
     "linear": {"m": [1, 4, 16, 64, 128, 256, 512], "k": [128, 256, 512, 768, 1024, 2048, 3072],
                "n": [128, 256, 512, 768, 1024, 2048, 3072]},
@@ -89,6 +100,8 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
                "k": [1, 3, 5, 10, 15], "s": [1, 1, 2, 5], "g": [1, 1, 4], "l": [16, 64, 128, 512, 2048, 8192]},
     "dwconv1d": {"b": [1, 2, 4, 8], "c": [64, 128, 256, 512, 768, 1024], "k": [3, 4, 7, 9, 15, 31], "s": [1, 1, 2],
                  "l": [16, 32, 64, 128, 256, 512, 2048]},
+    "unfold": _UNFOLD_GRID,
+    "fold": _UNFOLD_GRID,
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -159,6 +172,8 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
     elements = 1
     for name in ("b", "m", "c", "cin", "hw", "t", "h", "d", "l"):
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
+    if kind in ("unfold", "fold"):  # the patch matrix, kh·kw copies of the image, is the large side
+        return unfold_ok(kind, p) and p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
 
@@ -186,6 +201,27 @@ def conv1d_flops(kind: str, p: dict[str, int]) -> int:
     if kind == "conv1d":
         return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * conv1d_steps(p)
     return 0
+
+
+def unfold_padding(p: dict[str, int]) -> tuple[int, int]:
+    """An ``unfold``/``fold`` draw's padding: half the kernel for sliding windows (stride 1, as ConvBERT
+    pads its token windows), none for patches cut at a stride."""
+    return (p["kh"] // 2, p["kw"] // 2) if p["s"] == 1 else (0, 0)
+
+
+def unfold_blocks(p: dict[str, int]) -> int:
+    """How many kh×kw patches an ``unfold`` cuts from an h×w image (a ``fold`` sums back): the columns
+    of the patch matrix."""
+    (ph, pw), s = unfold_padding(p), p["s"]
+    return max(0, (p["h"] + 2 * ph - p["kh"]) // s + 1) * max(0, (p["w"] + 2 * pw - p["kw"]) // s + 1)
+
+
+def unfold_ok(kind: str, p: dict[str, int]) -> bool:
+    """Whether an ``unfold``/``fold`` draw is one real models make (true for other kinds): a kernel
+    inside the image, a stride no longer than the kernel (patches that leave no pixel out)."""
+    if kind not in ("unfold", "fold"):
+        return True
+    return p["kh"] <= p["h"] and p["kw"] <= p["w"] and p["s"] <= min(p["kh"], p["kw"]) and unfold_blocks(p) > 0
 
 
 def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],

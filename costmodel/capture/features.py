@@ -29,6 +29,7 @@ from pipeplan.costmodel.capture.ops import UncountedOps, body_flops, flop_formul
 
 __all__ = [
     "KINDS",
+    "UNFOLD_OPS",
     "OpStats",
     "module_kind",
     "op_kind",
@@ -39,7 +40,7 @@ __all__ = [
 
 KINDS = (
     "linear", "conv", "matmul", "attention", "layernorm", "batchnorm", "activation", "softmax",
-    "pool", "embedding", "elementwise", "reduction", "reshape", "identity", "block", "other",
+    "pool", "embedding", "elementwise", "reduction", "reshape", "identity", "block", "unfold", "other",
 )
 
 
@@ -186,7 +187,11 @@ def op_name(target: Any) -> str:
     return getattr(target, "__name__", str(target))
 
 
+UNFOLD_OPS = ("aten.im2col", "aten.col2im")
+
 _OP_KINDS: list[tuple[tuple[str, ...], str]] = [
+    # Patch rearrangement (nn.Unfold / nn.Fold): no FLOPs, but a kernel of its own that copies kh·kw times.
+    (UNFOLD_OPS, "unfold"),
     (("scaled_dot_product", "flash_attention", "efficient_attention"), "attention"),
     (("aten.linear", "aten.addmm"), "linear"),
     (("aten.mm", "aten.bmm", "aten.matmul", "aten.baddbmm", "aten.einsum", "grouped_mm"), "matmul"),

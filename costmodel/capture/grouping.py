@@ -3,7 +3,10 @@
 Every live operator first joins a group (its module's call, or a run of functional glue of one
 scope), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
 a module's repeated calls, glue computed from the inputs alone, zero-FLOP glue with one producer
-or one consumer.  :mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
+or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2im``) starts a group
+of its own (it and the views after it) that never merges: it copies its input many times over, and
+a cost model prices it as a layer of its own, from the tensor it unfolds.
+:mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from typing import NamedTuple
 import networkx as nx
 import torch
 
-from pipeplan.costmodel.capture.features import OpStats
+from pipeplan.costmodel.capture.features import UNFOLD_OPS, OpStats, op_name
 from pipeplan.costmodel.capture.owners import Owners
 
 __all__ = ["Group", "Grouping", "UnionFind", "group_operators"]
@@ -64,6 +67,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     groups: list[Group] = []
     module_groups: dict[tuple[str, int], Group] = {}
     assign: dict[str, int] = {}
+    apart: set[int] = set()  # the groups an unfold or fold starts: it and the views after it
     for n in ops:
         functional, path, call = owners.owner(n)
         if not functional:
@@ -74,11 +78,15 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         else:
             producers = {assign[a.name] for a in n.all_input_nodes if a.name in assign}
             single = groups[producers.pop()] if len(producers) == 1 else None
-            if single is not None and single.functional and single.path == path:
+            unfold = op_name(n.target) in UNFOLD_OPS
+            if (single is not None and single.functional and single.path == path and not unfold
+                    and (single.gid not in apart or stats[n.name].is_view)):
                 group = single
             else:
                 group = Group(len(groups), True, path, 0)
                 groups.append(group)
+                if unfold:
+                    apart.add(group.gid)
         group.ops.append(n)
         assign[n.name] = group.gid
 
@@ -108,7 +116,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     # connected piece.  Such a set is closed under ancestors, so contracting it keeps a DAG.
     q = quotient()
     flops = {g.gid: sum(stats[n.name].flops for n in g.ops) for g in groups}
-    glue = {g.gid for g in groups if g.functional and flops[g.gid] == 0}
+    glue = {g.gid for g in groups if g.functional and flops[g.gid] == 0 and g.gid not in apart}
     pure = {gid for gid in nx.topological_sort(q)
             if gid in glue and all(p in glue for p in q.predecessors(gid))}
     pure = {gid for gid in pure if nx.ancestors(q, gid) <= pure}
@@ -117,14 +125,16 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         for gid in rest:
             uf.union(first, gid)
 
-    # -- attach zero-FLOP functional glue to its only producer or only consumer -------------
+    # -- attach zero-FLOP functional glue to its only producer or only consumer, but neither an
+    # unfold to anything nor anything to an unfold: inside a linear layer (ConvBERT's 9×1 token
+    # windows) an unfold would be priced as a matmul, at a quarter of its time.
     q = quotient()
     for g in groups:
-        if not g.functional or uf.find(g.gid) != g.gid or flops[g.gid] > 0:
+        if not g.functional or uf.find(g.gid) != g.gid or flops[g.gid] > 0 or g.gid in apart:
             continue
         preds, succs = list(q.predecessors(g.gid)), list(q.successors(g.gid))
         target = preds[0] if len(preds) == 1 else succs[0] if not preds and len(succs) == 1 else None
-        if target is None:
+        if target is None or target in apart:
             continue
         uf.union(target, g.gid)
         q = nx.contracted_nodes(q, target, g.gid, self_loops=False, copy=False)
