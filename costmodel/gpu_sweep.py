@@ -15,13 +15,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from pipeplan.costmodel.layer_geometry import (
+from pipeplan.costmodel.layerspecs import (
+    KINDS,
+    LayerSpec,
+    conv1d_flops,
+    conv1d_ok,
     conv1d_steps,
-    draw_flops,
-    draw_ok,
-    largest_tensor,
+    sample_specs,
+    unfold_blocks,
+    unfold_ok,
 )
-from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, sample_specs
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
@@ -50,12 +53,6 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
                  "l": [128, 1024, 4096, 16384]},
     "unfold": _UNFOLD,
     "fold": _UNFOLD,
-    "resize": {"b": [1, 8, 32, 64], "c": [3, 64, 256, 512], "hw": [14, 28, 56, 112, 224, 384],
-               "o": [56, 112, 224, 384, 512, 1024], "mode": [0, 1, 1, 2]},
-    "convtranspose1d": {"b": [1, 8, 32, 64], "cin": [64, 128, 256, 512, 1024], "cout": [32, 64, 128, 256, 512],
-                        "k": [4, 8, 11, 16], "s": [2, 4, 5, 8], "l": [128, 512, 2048, 8192, 32768]},
-    "convtranspose2d": {"b": [1, 8, 32, 64], "cin": [64, 128, 256, 512, 1024], "cout": [32, 64, 128, 256, 512],
-                        "k": [2, 3, 4], "s": [1, 2, 2], "hw": [14, 28, 56, 112, 224]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -68,7 +65,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         "conv2d": 2 * p.get("b", 0) * p.get("cin", 0) * p.get("cout", 0) * p.get("k", 0) ** 2 * out_hw**2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, draw_flops(kind, p))
+    }.get(kind, conv1d_flops(kind, p))
     first_input = {
         "linear": p.get("m", 0) * p.get("k", 0), "layernorm": p.get("m", 0) * p.get("c", 0),
         "relu": p.get("m", 0) * p.get("c", 0), "gelu": p.get("m", 0) * p.get("c", 0),
@@ -79,11 +76,10 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes
-    if not draw_ok(kind, p):
+    if not (conv1d_ok(kind, p) and unfold_ok(kind, p)):
         return False
-    largest = largest_tensor(kind, p)
-    if largest is not None:  # the kinds since the unfolds: their largest tensor, input or output
-        first_input = largest
+    if kind in ("unfold", "fold"):  # the patch matrix is the large side
+        first_input = p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p)
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
         first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES

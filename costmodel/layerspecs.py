@@ -20,16 +20,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeplan.costmodel.graph import Layer
-from pipeplan.costmodel.layer_geometry import (
-    conv1d_ok,
-    convtranspose_padding,
-    draw_flops,
-    draw_ok,
-    largest_tensor,
-    resize_mode,
-    unfold_blocks,
-    unfold_padding,
-)
 
 __all__ = ["KINDS", "LayerSpec", "ModelLayer", "default_sweep", "model_layers", "parse_spec"]
 
@@ -83,16 +73,6 @@ _BUILDERS: dict[str, _Builder] = {
                          (_randn(p["b"], p["c"], p["h"], p["w"]),)),
     "fold": lambda p: (nn.Fold((p["h"], p["w"]), (p["kh"], p["kw"]), padding=unfold_padding(p), stride=p["s"]),
                        (_randn(p["b"], p["c"] * p["kh"] * p["kw"], unfold_blocks(p)),)),
-    # Upsampling decoders (depth and segmentation heads, vocoders), after the unfolds: resizing by
-    # F.interpolate (nearest or bilinear, up or down) and transposed convolutions, 1-D and 2-D.
-    "resize": lambda p: (nn.Upsample(size=(p["o"], p["o"]), mode=resize_mode(p)[0], align_corners=resize_mode(p)[1]),
-                         (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
-    "convtranspose1d": lambda p: (nn.ConvTranspose1d(p["cin"], p["cout"], p["k"], stride=p["s"],
-                                                     padding=convtranspose_padding(p)),
-                                  (_randn(p["b"], p["cin"], p["l"]),)),
-    "convtranspose2d": lambda p: (nn.ConvTranspose2d(p["cin"], p["cout"], p["k"], stride=p["s"],
-                                                     padding=convtranspose_padding(p)),
-                                  (_randn(p["b"], p["cin"], p["hw"], p["hw"]),)),
 }
 KINDS = tuple(_BUILDERS)
 
@@ -122,13 +102,6 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
                  "l": [16, 32, 64, 128, 256, 512, 2048]},
     "unfold": _UNFOLD_GRID,
     "fold": _UNFOLD_GRID,
-    # mode: nearest, bilinear, bilinear with align_corners (layer_geometry.RESIZE_MODES); o: the output side
-    "resize": {"b": [1, 2, 4, 8], "c": [3, 16, 32, 64, 128, 256, 512], "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 112],
-               "o": [8, 14, 16, 28, 32, 56, 64, 112, 128, 224], "mode": [0, 1, 1, 2]},
-    "convtranspose1d": {"b": [1, 2, 4, 8], "cin": [16, 32, 64, 128, 256, 512], "cout": [16, 32, 64, 128, 256, 512],
-                        "k": [2, 4, 8, 11, 16], "s": [1, 2, 4, 5, 8], "l": [8, 16, 32, 64, 128, 256, 512, 2048]},
-    "convtranspose2d": {"b": [1, 2, 4], "cin": [16, 32, 64, 128, 256, 512], "cout": [16, 32, 64, 128, 256],
-                        "k": [2, 3, 4, 8], "s": [1, 2, 2, 4], "hw": [4, 7, 8, 14, 16, 28, 32, 56]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -195,15 +168,60 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
         * (p.get("hw", 0) // p.get("s", 1)) ** 2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, draw_flops(kind, p))
-    largest = largest_tensor(kind, p)
-    if largest is not None:  # the kinds since the unfolds say what their largest tensor is
-        return draw_ok(kind, p) and flops <= _MAX_FLOPS and largest <= _MAX_ELEMENTS
+    }.get(kind, conv1d_flops(kind, p))
     elements = 1
     for name in ("b", "m", "c", "cin", "hw", "t", "h", "d", "l"):
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
+    if kind in ("unfold", "fold"):  # the patch matrix, kh·kw copies of the image, is the large side
+        return unfold_ok(kind, p) and p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
+
+
+def conv1d_ok(kind: str, p: dict[str, int]) -> bool:
+    """Whether a 1-D convolution draw is a real layer (true for other kinds): a stride no wider than the
+    kernel, a kernel no longer than the input, groups that divide both channel counts."""
+    if kind == "dwconv1d":
+        return p["s"] <= p["k"] <= p["l"]
+    if kind == "conv1d":
+        return p["s"] <= p["k"] <= p["l"] and p["cin"] % p["g"] == 0 and p["cout"] % p["g"] == 0
+    return True
+
+
+def conv1d_steps(p: dict[str, int]) -> int:
+    """The output length of a ``conv1d`` or ``dwconv1d``: the builder pads by ``k // 2`` on each side,
+    so an even kernel adds a step."""
+    return (p["l"] + 2 * (p["k"] // 2) - p["k"]) // p["s"] + 1
+
+
+def conv1d_flops(kind: str, p: dict[str, int]) -> int:
+    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds)."""
+    if kind == "dwconv1d":  # one k-tap filter per channel
+        return 2 * p["b"] * p["c"] * p["k"] * conv1d_steps(p)
+    if kind == "conv1d":
+        return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * conv1d_steps(p)
+    return 0
+
+
+def unfold_padding(p: dict[str, int]) -> tuple[int, int]:
+    """An ``unfold``/``fold`` draw's padding: half the kernel for sliding windows (stride 1, as ConvBERT
+    pads its token windows), none for patches cut at a stride."""
+    return (p["kh"] // 2, p["kw"] // 2) if p["s"] == 1 else (0, 0)
+
+
+def unfold_blocks(p: dict[str, int]) -> int:
+    """How many kh×kw patches an ``unfold`` cuts from an h×w image (a ``fold`` sums back): the columns
+    of the patch matrix."""
+    (ph, pw), s = unfold_padding(p), p["s"]
+    return max(0, (p["h"] + 2 * ph - p["kh"]) // s + 1) * max(0, (p["w"] + 2 * pw - p["kw"]) // s + 1)
+
+
+def unfold_ok(kind: str, p: dict[str, int]) -> bool:
+    """Whether an ``unfold``/``fold`` draw is one real models make (true for other kinds): a kernel
+    inside the image, a stride no longer than the kernel (patches that leave no pixel out)."""
+    if kind not in ("unfold", "fold"):
+        return True
+    return p["kh"] <= p["h"] and p["kw"] <= p["w"] and p["s"] <= min(p["kh"], p["kw"]) and unfold_blocks(p) > 0
 
 
 def sample_specs(grids: Mapping[str, Mapping[str, Sequence[int]]], fits: Callable[[str, dict[str, int]], bool],

@@ -78,7 +78,7 @@ def test_sweep_covers_every_layer_type_with_distinct_buildable_shapes() -> None:
 ])
 def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geometry) -> None:
     from pipeplan.costmodel.dataset import _conv_features, layer_features
-    from pipeplan.costmodel.layer_geometry import conv1d_flops
+    from pipeplan.costmodel.layerspecs import conv1d_flops
 
     spec = parse_spec(key)
     (target,) = targets_from_specs([spec])
@@ -105,8 +105,7 @@ def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geom
     "dwconv1d:b=1,c=64,k=31,s=1,l=16",
 ])
 def test_one_dimensional_convolutions_that_are_not_real_layers_are_not_drawn(key) -> None:
-    from pipeplan.costmodel.layer_geometry import conv1d_ok
-    from pipeplan.costmodel.layerspecs import _size_ok
+    from pipeplan.costmodel.layerspecs import _size_ok, conv1d_ok
 
     spec = parse_spec(key)
     assert not conv1d_ok(spec.kind, dict(spec.params)) and not _size_ok(spec.kind, dict(spec.params))

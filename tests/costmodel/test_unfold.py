@@ -11,8 +11,7 @@ from torch import nn
 from pipeplan.costmodel.capture import capture
 from pipeplan.costmodel.dataset import main_op
 from pipeplan.costmodel.gpu_sweep import gpu_sweep
-from pipeplan.costmodel.layer_geometry import unfold_blocks, unfold_ok
-from pipeplan.costmodel.layerspecs import _size_ok, default_sweep, parse_spec
+from pipeplan.costmodel.layerspecs import _size_ok, default_sweep, parse_spec, unfold_blocks, unfold_ok
 from pipeplan.costmodel.profile import targets_from_specs
 
 
