@@ -175,7 +175,7 @@ def mobilevitv2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 FIFTH = ("focalnet", "swiftformer", "mobilevitv2")
 
 
-# A sixth held-out set, written on 2026-11-24 at 21:50 UTC before the sweep timed ``aten.im2col`` and
+# A sixth held-out set, written on 2026-11-24 at 21:47 UTC before the sweep timed ``aten.im2col`` and
 # ``aten.col2im`` (``nn.Unfold``/``nn.Fold``), the glue that ConvBERT's miss comes from: two architectures
 # that unfold images into patches, and two that do not, to see whether retraining moves anything else.
 # ConvBERT (overlapping 9×1 unfolds) is the development model.
@@ -228,7 +228,7 @@ def gemma(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 SIXTH = ("llama4_vision", "depth_pro", "funnel", "gemma")
 
 
-# A seventh held-out set, written on 2026-11-24 at 22:33 UTC before the sweep timed resizing
+# A seventh held-out set, written on 2026-11-24 at 22:29 UTC before the sweep timed resizing
 # (``F.interpolate``) and transposed convolutions, which DepthPro's miss in the sixth set comes from:
 # DepthPro is that change's development model; these decoders upsample with both.
 

@@ -217,8 +217,9 @@ def unfold_blocks(p: dict[str, int]) -> int:
 
 
 def unfold_ok(kind: str, p: dict[str, int]) -> bool:
-    """Whether an ``unfold``/``fold`` draw is one real models make (true for other kinds): a kernel
-    inside the image, a stride no longer than the kernel (patches that leave no pixel out)."""
+    """Whether an ``unfold``/``fold`` draw is one the sweep takes (true for other kinds): a kernel no
+    larger than the unpadded image, a stride no longer than the kernel (no pixel skipped between
+    patches; the trailing edge may still be left out, as a strided convolution leaves it)."""
     if kind not in ("unfold", "fold"):
         return True
     return p["kh"] <= p["h"] and p["kw"] <= p["w"] and p["s"] <= min(p["kh"], p["kw"]) and unfold_blocks(p) > 0

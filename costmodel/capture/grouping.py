@@ -4,8 +4,9 @@ Every live operator first joins a group (its module's call, or a run of function
 scope), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
 a module's repeated calls, glue computed from the inputs alone, zero-FLOP glue with one producer
 or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2im``) starts a group
-of its own (it and the views after it) that never merges: it copies its input many times over, and
-a cost model prices it as a layer of its own, from the tensor it unfolds.
+of its own (it and the views after it) that never merges, and no glue joins it nor an ``nn.Unfold``
+/ ``nn.Fold`` module's group: it runs at a few GB/s (overlapping patches copy the input many times
+over), and a cost model prices it as a layer of its own, from the tensor it unfolds.
 :mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
 """
 
@@ -90,6 +91,8 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         group.ops.append(n)
         assign[n.name] = group.gid
 
+    # An nn.Unfold / nn.Fold module is kept apart like functional unfolds: glue joins no unfold.
+    apart |= {g.gid for g in groups if not g.functional and op_name(g.ops[0].target) in UNFOLD_OPS}
     uf = UnionFind()
     raw_edges = {(assign[a.name], assign[n.name]) for n in ops for a in n.all_input_nodes
                  if a.name in assign and assign[a.name] != assign[n.name]}

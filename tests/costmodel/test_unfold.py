@@ -69,10 +69,23 @@ def test_glue_computed_from_the_inputs_does_not_merge_into_an_unfold() -> None:
     assert graph.nx.has_edge(resize.name, unfold.name) and resize.name != "proj"
 
 
-def test_an_unfold_module_is_an_unfold_layer() -> None:
-    graph = capture(nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Unfold(4, stride=4)), (torch.randn(2, 3, 16, 16),))
-    assert [(la.name, la.kind) for la in graph.layers] == [("0", "conv"), ("1", "unfold")]
-    assert graph.layers[1].bytes_written == 2 * 8 * 16 * 16 * 4  # non-overlapping patches: each pixel once
+class UnfoldModuleThenGlue(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.unfold = nn.Unfold(4, stride=4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return (self.unfold(self.conv(x)) * 2.0).permute(0, 2, 1).contiguous()
+
+
+def test_an_unfold_module_is_an_unfold_layer_that_glue_does_not_join() -> None:
+    graph = capture(UnfoldModuleThenGlue().eval(), (torch.randn(2, 3, 16, 16),))
+    unfold = next(la for la in graph.layers if la.name == "unfold")
+    assert unfold.kind == "unfold" and unfold.ops == ["aten.im2col"]
+    assert unfold.bytes_written == 2 * 8 * 16 * 16 * 4  # non-overlapping patches: each pixel once
+    (glue,) = [la for la in graph.layers if la.name not in ("conv", "unfold")]
+    assert glue.ops[0] == "aten.mul" and graph.nx.has_edge("unfold", glue.name)
 
 
 def test_the_sweep_draws_unfolds_and_folds_that_are_real_and_says_their_size() -> None:
@@ -109,7 +122,7 @@ def test_a_swept_unfold_has_the_features_a_captured_one_has(key, op) -> None:
     "unfold:b=1,c=8,h=64,w=64,kh=2,kw=2,s=4",  # a stride past the kernel leaves pixels out
     "fold:b=1,c=8,h=64,w=1,kh=3,kw=3,s=1",  # a kernel wider than a token sequence
 ])
-def test_unfolds_that_are_not_real_layers_are_not_drawn(key) -> None:
+def test_unfolds_outside_the_sweeps_grid_rules_are_not_drawn(key) -> None:
     spec = parse_spec(key)
     assert not unfold_ok(spec.kind, dict(spec.params)) and not _size_ok(spec.kind, dict(spec.params))
     assert unfold_ok("linear", {"m": 1, "k": 1, "n": 1})
