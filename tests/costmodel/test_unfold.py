@@ -132,3 +132,19 @@ def test_gpu_unfolds_bound_their_patch_matrix() -> None:
     for spec in gpu_sweep(per_kind=24, kinds=("unfold", "fold")):
         p = dict(spec.params)
         assert unfold_ok(spec.kind, p) and 4 * p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p) <= 8 * 2**30
+
+
+def test_a_pipeline_cut_on_either_side_of_an_unfold_gives_the_unsplit_output() -> None:
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.executor import split_program
+
+    model, x = TokenWindows().eval(), torch.randn(2, 12, 16)
+    cp = capture_program(model, (x,))
+    names = [la.name for la in cp.graph.layers]
+    at = next(i for i, la in enumerate(cp.graph.layers) if la.kind == "unfold")
+    stages = split_program(cp, [names[:at], names[at:at + 1], names[at + 1:]])  # the unfold alone in stage 1
+    values: tuple[torch.Tensor, ...] = (x,)
+    with torch.no_grad():
+        for stage in stages:
+            values = stage.module(*values)
+        torch.testing.assert_close(values[0], model(x), rtol=0, atol=0)
