@@ -22,8 +22,8 @@ from pipeplan.costmodel.layerspecs import (
     conv1d_ok,
     conv1d_steps,
     sample_specs,
-    unfold_blocks,
     unfold_ok,
+    unfold_patch_elements,
 )
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
@@ -79,7 +79,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     if not (conv1d_ok(kind, p) and unfold_ok(kind, p)):
         return False
     if kind in ("unfold", "fold"):  # the patch matrix is the large side
-        first_input = p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p)
+        first_input = unfold_patch_elements(p)
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
         first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES

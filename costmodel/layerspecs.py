@@ -173,7 +173,7 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
     for name in ("b", "m", "c", "cin", "hw", "t", "h", "d", "l"):
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
     if kind in ("unfold", "fold"):  # the patch matrix, kh·kw copies of the image, is the large side
-        return unfold_ok(kind, p) and p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p) <= _MAX_ELEMENTS
+        return unfold_ok(kind, p) and unfold_patch_elements(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
 
@@ -214,6 +214,12 @@ def unfold_blocks(p: dict[str, int]) -> int:
     of the patch matrix."""
     (ph, pw), s = unfold_padding(p), p["s"]
     return max(0, (p["h"] + 2 * ph - p["kh"]) // s + 1) * max(0, (p["w"] + 2 * pw - p["kw"]) // s + 1)
+
+
+def unfold_patch_elements(p: dict[str, int]) -> int:
+    """Elements of an ``unfold``'s output (a ``fold``'s input): b × c·kh·kw × :func:`unfold_blocks`,
+    the largest tensor of either, by which both sweeps bound a draw."""
+    return p["b"] * p["c"] * p["kh"] * p["kw"] * unfold_blocks(p)
 
 
 def unfold_ok(kind: str, p: dict[str, int]) -> bool:

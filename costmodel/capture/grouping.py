@@ -68,7 +68,6 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     groups: list[Group] = []
     module_groups: dict[tuple[str, int], Group] = {}
     assign: dict[str, int] = {}
-    apart: set[int] = set()  # the groups an unfold or fold starts: it and the views after it
     for n in ops:
         functional, path, call = owners.owner(n)
         if not functional:
@@ -79,20 +78,20 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         else:
             producers = {assign[a.name] for a in n.all_input_nodes if a.name in assign}
             single = groups[producers.pop()] if len(producers) == 1 else None
-            unfold = op_name(n.target) in UNFOLD_OPS
-            if (single is not None and single.functional and single.path == path and not unfold
-                    and (single.gid not in apart or stats[n.name].is_view)):
+            # an unfold starts a group of its own, which takes only the views after it
+            if (single is not None and single.functional and single.path == path
+                    and op_name(n.target) not in UNFOLD_OPS
+                    and (stats[n.name].is_view or not _starts_with_unfold(single))):
                 group = single
             else:
                 group = Group(len(groups), True, path, 0)
                 groups.append(group)
-                if unfold:
-                    apart.add(group.gid)
         group.ops.append(n)
         assign[n.name] = group.gid
 
-    # An nn.Unfold / nn.Fold module is kept apart like functional unfolds: glue joins no unfold.
-    apart |= {g.gid for g in groups if not g.functional and op_name(g.ops[0].target) in UNFOLD_OPS}
+    # The groups an unfold or fold starts (it and the views after it), and nn.Unfold / nn.Fold
+    # modules' groups: glue joins none of them.
+    apart = {g.gid for g in groups if _starts_with_unfold(g)}
     uf = UnionFind()
     raw_edges = {(assign[a.name], assign[n.name]) for n in ops for a in n.all_input_nodes
                  if a.name in assign and assign[a.name] != assign[n.name]}
@@ -144,3 +143,9 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
 
 
     return Grouping(groups, uf, assign)
+
+
+def _starts_with_unfold(group: Group) -> bool:
+    """Whether ``group``'s first operator cuts or folds patches: a functional unfold always starts a
+    group of its own, and an ``nn.Unfold``/``nn.Fold`` module's call starts with it."""
+    return op_name(group.ops[0].target) in UNFOLD_OPS
