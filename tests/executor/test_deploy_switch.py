@@ -177,7 +177,8 @@ def test_drift_from_the_prediction_triggers_a_replan(clusters: dict[int, Path]) 
         stream = _Stream(d, samples)
         answers = stream.finish()
         deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and all(dev.slowdown is None for dev in d.cluster.devices):
+        # the slowdowns are set before the new plan's stages are built and switched to: wait for the switch
+        while time.monotonic() < deadline and not d.stats().switches:
             time.sleep(0.1)
         slowdowns = {dev.id: dev.slowdown for dev in d.cluster.devices}
         stats = d.stats()
