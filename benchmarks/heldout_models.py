@@ -9,7 +9,8 @@ GPTBigCode, ConvBERT, PVTv2) while the wake model's share of the credit in a pip
 measured, and scored once after it was fixed; the fourth (``FOURTH``: a Whisper encoder,
 Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions, the fifth (``FIFTH``) to
 judge the 1-D rows on 2-D depthwise convolutions, the sixth (``SIXTH``) before the sweep timed
-unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convolutions. All are small
+unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convolutions, the eighth
+(``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).
@@ -266,3 +267,54 @@ def hifigan(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 SEVENTH = ("dpt", "glpn", "hifigan")
+
+
+# An eighth held-out set, written on 2026-11-25 before the Zen 4's profile got 1-D convolution and
+# unfold rows (until then only the Zen 5's had them) and before any change to how glue is priced.
+# 1-D convolutions (SEW's feature extractor and positional convolution), depthwise 2-D convolutions in
+# attention (CvT), pixel-shuffle upsampling (Swin2SR) and a decoder with a plain GELU MLP
+# (Starcoder2).
+
+
+def sew(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A SEW speech encoder (a 1-D convolutional feature extractor, a grouped positional convolution,
+    a sequence squeezed 2× through a 3-layer transformer and upsampled back), 0.25 s of 16 kHz audio."""
+    from transformers import SEWConfig, SEWModel
+
+    config = SEWConfig(hidden_size=64, num_hidden_layers=3, num_attention_heads=2, intermediate_size=128,
+                       conv_dim=(32, 32, 32, 32, 32), conv_stride=(5, 2, 2, 2, 2), conv_kernel=(10, 3, 3, 3, 2),
+                       num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, squeeze_factor=2)
+    return SEWModel(config), (torch.randn(batch_size, 4000),)
+
+
+def cvt(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A CvT classifier (3 stages of convolutional token embeddings, attention whose queries, keys and
+    values come from depthwise 3×3 convolutions), 64×64 images."""
+    from transformers import CvtConfig, CvtForImageClassification
+
+    config = CvtConfig(embed_dim=[16, 32, 64], num_heads=[1, 2, 4], depth=[1, 2, 3], num_labels=10)
+    return CvtForImageClassification(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def swin2sr(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A Swin2SR super-resolver (2 stages of shifted-window attention, pixel-shuffle upsampling 2×),
+    32×32 images."""
+    from transformers import Swin2SRConfig, Swin2SRForImageSuperResolution
+
+    config = Swin2SRConfig(image_size=32, embed_dim=32, depths=[2, 2], num_heads=[2, 2], window_size=8,
+                           upscale=2, upsampler="pixelshuffle")
+    return Swin2SRForImageSuperResolution(config), (torch.randn(batch_size, 3, 32, 32),)
+
+
+def starcoder2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Starcoder2 decoder (grouped-query attention, rotary, layer norm, a GELU MLP with
+    biases), 64 tokens."""
+    from transformers import Starcoder2Config, Starcoder2ForCausalLM
+
+    config = Starcoder2Config(vocab_size=2000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                              num_key_value_heads=2, intermediate_size=512, max_position_embeddings=256,
+                              bos_token_id=0, eos_token_id=0, use_cache=False)
+    return Starcoder2ForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+EIGHTH = ("sew", "cvt", "swin2sr", "starcoder2")
