@@ -318,3 +318,47 @@ def starcoder2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 EIGHTH = ("sew", "cvt", "swin2sr", "starcoder2")
+
+
+# A ninth held-out set, written on 2026-11-25 before resizes (``F.interpolate``, ``nn.Upsample``)
+# became layers of their own with a sweep kind: GLPN, DPT and DepthPro are that change's development
+# models, these decoders upsample too.
+
+
+def upernet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A UperNet segmenter (a 4-stage ConvNeXt backbone, a pyramid pooling module and a feature
+    pyramid fused by bilinear upsampling), 64×64 images."""
+    from transformers import ConvNextConfig, UperNetConfig, UperNetForSemanticSegmentation
+
+    backbone = ConvNextConfig(hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                              out_features=["stage1", "stage2", "stage3", "stage4"])
+    config = UperNetConfig(backbone_config=backbone, hidden_size=32, use_auxiliary_head=False, num_labels=8)
+    return UperNetForSemanticSegmentation(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def depth_anything(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A Depth Anything estimator (a 4-layer DINOv2 backbone, a DPT-style neck and head that resize
+    and fuse by bilinear interpolation), 56×56 images."""
+    from transformers import DepthAnythingConfig, DepthAnythingForDepthEstimation, Dinov2Config
+
+    backbone = Dinov2Config(hidden_size=64, num_hidden_layers=4, num_attention_heads=2, image_size=56,
+                            patch_size=14, out_features=["stage1", "stage2", "stage3", "stage4"],
+                            reshape_hidden_states=False)
+    config = DepthAnythingConfig(backbone_config=backbone, patch_size=14, reassemble_hidden_size=64,
+                                 neck_hidden_sizes=[16, 32, 64, 64], fusion_hidden_size=32, head_hidden_size=16)
+    return DepthAnythingForDepthEstimation(config), (torch.randn(batch_size, 3, 56, 56),)
+
+
+def vitmatte(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A ViTMatte matting model (a 2-layer ViTDet backbone, a convolutional detail stream, fusion
+    blocks that upsample bilinearly), 64×64 images with a trimap channel."""
+    from transformers import VitDetConfig, VitMatteConfig, VitMatteForImageMatting
+
+    backbone = VitDetConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=64,
+                            pretrain_image_size=64, patch_size=16, num_channels=4, out_features=["stage2"])
+    config = VitMatteConfig(backbone_config=backbone, hidden_size=64, convstream_hidden_sizes=[16, 32, 48],
+                            fusion_hidden_sizes=[64, 32, 16, 8])
+    return VitMatteForImageMatting(config), (torch.randn(batch_size, 4, 64, 64),)
+
+
+NINTH = ("upernet", "depth_anything", "vitmatte")
