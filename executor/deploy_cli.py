@@ -137,6 +137,14 @@ def _switches_table(stats: DeploymentStats) -> Any:
     return table
 
 
+def _replans_line(stats: DeploymentStats) -> str:
+    """How many re-plans, how many stayed, and each device's slowdown after the last."""
+    stayed = sum(r.decision == "stay" for r in stats.replans)
+    slowdowns = ", ".join(f"{dev} {s:.2f}×" for dev, s in stats.replans[-1].slowdowns.items())
+    return (f"re-plans: {len(stats.replans)} ({stayed} stayed, {len(stats.replans) - stayed} switched); "
+            f"slowdowns after the last: {slowdowns}")
+
+
 def _loans_lines(d: Deployment) -> list[str]:
     """What each borrowing stage fetched and each lender process held, from the processes' totals."""
     from pipeplan.costmodel.units import format_bytes
@@ -198,6 +206,8 @@ def cmd_deploy(args: argparse.Namespace) -> None:
     console.print(_table(stats, d.plan))
     if stats.switches:
         console.print(_switches_table(stats))
+    if stats.replans:
+        console.print(_replans_line(stats))
     checked = requests[: args.check] if len(futures) == len(requests) else []
     console.print(_check(d, checked, answers[: len(checked)]) if checked else
                   "answers not checked" + (" (some requests were refused)" if args.check else ""))

@@ -12,7 +12,9 @@ Each switch of layout leaves a :class:`SwitchRecord`: when and why, the layers t
 bytes that crossed the process group and those reloaded, how long serving paused, and the new
 plan's predicted bottleneck beside the one measured since (the slowest stage's compute plus
 transfer, once the new layout has served a few microbatches).  The per-stage figures restart
-with each layout.
+with each layout.  Each re-plan, whether it switched or stayed, leaves a :class:`ReplanRecord`: when,
+why, the planner's decision, how it changed each device's slowdown and, for a drift re-plan, each
+straying stage's measured ÷ predicted compute on the plan it measured.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any, NamedTuple
 
 from pipeplan.executor.report import _microbatches
 
-__all__ = ["DeploymentStats", "LayerMove", "Meter", "StageStats", "SwitchRecord"]
+__all__ = ["DeploymentStats", "LayerMove", "Meter", "ReplanRecord", "StageStats", "SwitchRecord"]
 
 _STEP, _COMP_START, _COMP_END = 0, 4, 5  # columns of a timing row (MicrobatchTiming.as_row)
 
@@ -96,6 +98,18 @@ class SwitchRecord:
 
 
 @dataclass
+class ReplanRecord:
+    """One re-plan (``at``: seconds since the deployment started)."""
+
+    at: float
+    why: str
+    decision: str  # "stay" or "switch" (the switch itself, once made, is a SwitchRecord)
+    slowdowns: dict[str, float]  # each device's slowdown in the cluster re-planned for (1: none)
+    factors: dict[str, float]  # the devices whose slowdown changed: new ÷ old
+    measured: dict[str, float] = field(default_factory=dict)  # a drift re-plan's: measured ÷ predicted compute
+
+
+@dataclass
 class DeploymentStats:
     """What :meth:`pipeplan.executor.deploy.Deployment.stats` returns; times in seconds."""
 
@@ -113,6 +127,7 @@ class DeploymentStats:
     stages: list[StageStats] = field(default_factory=list)
     replayed: int = 0  # requests sent again after a lost device voided their microbatch
     switches: list[SwitchRecord] = field(default_factory=list)
+    replans: list[ReplanRecord] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -134,6 +149,11 @@ class Meter:
                        "replayed": 0}
         self.window = window
         self.switches: list[SwitchRecord] = []
+        self.replans: list[ReplanRecord] = []
+
+    def replanned(self, record: ReplanRecord) -> None:
+        with self._lock:
+            self.replans.append(record)
 
     def switched(self, record: SwitchRecord, devices: list[str]) -> None:
         """A new layout serves from now on: record the switch and restart the per-stage windows."""
@@ -192,6 +212,7 @@ class Meter:
             if switches and switches[-1].measured_bottleneck is None:
                 switches[-1].measured_bottleneck = self._bottleneck()
             devices = list(self.devices)
+            replans = list(self.replans)
         stages = self._stages(rows, arrived, served, devices)
         queueing = [d - s for s, d, _ in requests]
         latency = [a - s for s, _, a in requests]
@@ -204,7 +225,7 @@ class Meter:
         return DeploymentStats(**counts, queued=queued, in_flight=in_flight,
                                throughput=len(requests) / span if span > 0 else 0.0,
                                queueing=summary(queueing), latency=summary(latency), stages=stages,
-                               switches=switches)
+                               switches=switches, replans=replans)
 
     def _stages(self, rows: list[Any], arrived: dict[int, float], served: list[int] | None = None,
                 devices: list[str] | None = None) -> list[StageStats]:

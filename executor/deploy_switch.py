@@ -38,7 +38,7 @@ from pipeplan.executor.deploy_enter import LayoutEntry
 from pipeplan.executor.deploy_layout import StateIndex
 from pipeplan.executor.deploy_options import refuse_loans
 from pipeplan.executor.deploy_stage import Leave
-from pipeplan.executor.deploy_stats import SwitchRecord
+from pipeplan.executor.deploy_stats import ReplanRecord, SwitchRecord
 from pipeplan.executor.deploy_triggers import cluster_without, watch_drift
 from pipeplan.executor.errors import PlanMismatchError, RunError
 from pipeplan.executor.options import RunOptions, RunSetup
@@ -112,14 +112,23 @@ class Switching(LayoutEntry):
         return self._run_job("switch", plan, why)
 
     def replan(self, cluster: Cluster, why: str = "cluster changed", horizon: str | None = None,
-               costmodel: Any = None, time_limit: float = 5.0) -> SwitchRecord | None:
+               costmodel: Any = None, time_limit: float = 5.0,
+               measured: dict[str, float] | None = None) -> SwitchRecord | None:
         """Re-plan for ``cluster`` (the new state: loads, devices gone or added) with the cost of
         moving counted (:func:`pipeplan.planner.replan.replan`), and switch if the new plan moves;
-        None when staying is best."""
+        None when staying is best.  Every re-plan is recorded (``stats().replans``), with what a
+        trigger ``measured`` (device → measured ÷ predicted compute) if it says."""
         with self._replanning:
             plan = self._replanned(cluster, horizon, costmodel, time_limit)
+            old = {dev.id: dev.slowdown or 1.0 for dev in self.cluster.devices}
+            new = {dev.id: dev.slowdown or 1.0 for dev in cluster.devices}
             self.cluster = cluster
-            if plan.migration is not None and plan.migration.decision == "stay":
+            stay = plan.migration is not None and plan.migration.decision == "stay"
+            self._meter.replanned(ReplanRecord(
+                at=time.perf_counter() - self._epoch, why=why, decision="stay" if stay else "switch", slowdowns=new,
+                factors={k: v / old[k] for k, v in new.items() if k in old and v != old[k]},
+                measured=dict(measured or {})))
+            if stay:
                 log.info("re-planned for %s (%s): staying", cluster.name, why)
                 return None
             return self._run_job("switch", plan, why)

@@ -99,7 +99,8 @@ def watch_drift(d: Switching) -> None:
 
         last = time.monotonic()
         try:
-            record = d.replan_change(change, why)
+            record = d.replan_change(change, why,
+                                     measured={plan.stages[k].device: ratios[k] for k in straying})
         except (RunError, PlanMismatchError) as exc:  # the deployment ended, or the new plan cannot be served
             log.warning("drift re-plan failed: %s", exc)
             record = None

@@ -17,7 +17,7 @@ from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.zoo import capture_model
 from pipeplan.executor import RunOptions
 from pipeplan.executor.deploy import ServeOptions, deploy_plan
-from pipeplan.executor.deploy_stats import Meter
+from pipeplan.executor.deploy_stats import DeploymentStats, Meter
 from pipeplan.executor.deploy_triggers import slowed
 from pipeplan.planner.problem import Problem
 from tests.executor_helpers import cpu_cluster, plan_with_cuts
@@ -54,8 +54,15 @@ def test_recent_compute_is_each_stages_mean_over_its_last_microbatches() -> None
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores: a co-runner joins one stage's")
 def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(tmp_path: Path) -> None:
     """The watcher first calibrates (the roofline is far from an mlp's measured stages), then keeps
-    watching: two co-runners that start on cpu1's core later raise cpu1's measured slowdown.  A
-    horizon of one microbatch makes moving rarely pay, so cpu1 keeps a stage to measure."""
+    watching: two co-runners that start on cpu1's core later are met by a re-plan that finds cpu1
+    slower than the plan it measured predicted.  A horizon of one microbatch makes moving rarely pay,
+    so cpu1 keeps a stage to measure.
+
+    The slowdown is judged within each re-plan (measured ÷ predicted on the plan it measured), not
+    against the cluster's slowdown read before the co-runners: re-plans move layers, and on two
+    cores shared with the deployment's own threads a sub-millisecond stage's measured compute swings
+    by ±50 % between checks without any co-runner, so a cumulative slowdown can fall while they run.
+    What fails here is a watcher that stops after its first re-plans."""
     spec = cpu_cluster(tmp_path / "c.yaml", 2)
     plan = plan_with_cuts(capture_model("mlp", 4), spec, ["net.4"])
     # Two compute co-runners slow an mlp's microsecond stage far less than a long one: it sleeps
@@ -64,6 +71,10 @@ def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(t
     serving = ServeOptions(max_wait_ms=1, drift=0.2, drift_after=8, drift_interval=0.1, horizon="1mb",
                            drift_cooldown=0.2)
     stop = threading.Event()
+
+    def slower(stats: DeploymentStats, since: int) -> list[float]:
+        return [m for r in stats.replans[since:] if (m := r.measured.get("cpu1", 1.0)) >= 1.2]
+
     with deploy_plan(plan, options=RunOptions(cluster=str(spec), timeout=30.0), serving=serving) as d:
         def client() -> None:
             while not stop.is_set():
@@ -77,17 +88,21 @@ def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(t
             while time.monotonic() < deadline and d.cluster.device("cpu1").slowdown is None:
                 time.sleep(0.05)
             time.sleep(2.0)  # settled: a second calibration re-plan, if any, has been made
-            before = d.cluster.device("cpu1").slowdown or 1.0
+            calibrations = d.stats().replans
             core = d.cluster.device("cpu1").cores
             assert core is not None
             with CoRunners(Contention(corunners=2, kind="compute"), cores=core):
                 deadline = time.monotonic() + 20
-                while time.monotonic() < deadline and (d.cluster.device("cpu1").slowdown or 1.0) < 1.2 * before:
+                while time.monotonic() < deadline and not slower(d.stats(), len(calibrations)):
                     time.sleep(0.05)
-                after = d.cluster.device("cpu1").slowdown or 1.0
         finally:
             stop.set()
             thread.join()
         stats = d.stats()
-    assert after >= 1.2 * before, (before, after)
+    assert calibrations and all(r.why.startswith("drift: ") for r in stats.replans)
+    assert slower(stats, len(calibrations)), [(r.at, r.decision, r.measured) for r in stats.replans]
+    # each drift re-plan's new slowdown is the measured ratio times the one its plan was made with
+    assert all(r.measured and set(r.factors) <= set(r.measured) for r in stats.replans)
+    # a record's slowdowns are the cluster's after it: the last one's are the deployment's own
+    assert d.stats().replans[-1].slowdowns == {dev.id: dev.slowdown or 1.0 for dev in d.cluster.devices}
     assert stats.failed == 0
