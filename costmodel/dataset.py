@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.costmodel.analytic import DEFAULT_OVERHEAD
+from pipeplan.costmodel.capture.features import APART_OPS
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
 
@@ -68,14 +69,18 @@ _SHAPE_OPS = frozenset(
 def main_op(layer: Layer) -> str:
     """The layer's first operator that does work (``aten.gelu`` vs ``aten.relu``, ``aten.addmm``, …).
 
-    The layer kind alone puts ReLU and GELU together, though GELU costs several times more.
+    The layer kind alone puts ReLU and GELU together, though GELU costs several times more.  A resize
+    or unfold names only a layer of that kind (capture makes each one a layer of its own): inside a
+    module of another kind it is a small part (BEiT's position-bias table, resized before a gather
+    many times its size), and priced as the swept resizes it would be several times too dear.
 
     >>> main_op(Layer("x", "linear", "Linear", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
     ...               activation_bytes=1, kernels=1, ops=["aten.view", "aten.addmm", "aten.view"]))
     'aten.addmm'
     """
+    apart = () if layer.kind in ("resize", "unfold") else APART_OPS
     for op in layer.ops:
-        if op.startswith("aten.") and op not in _SHAPE_OPS:
+        if op.startswith("aten.") and op not in _SHAPE_OPS and op not in apart:
             return op
     return layer.ops[0] if layer.ops else "none"
 

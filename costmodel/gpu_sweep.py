@@ -21,6 +21,7 @@ from pipeplan.costmodel.layerspecs import (
     conv1d_flops,
     conv1d_ok,
     conv1d_steps,
+    resize_ok,
     sample_specs,
     unfold_ok,
     unfold_patch_elements,
@@ -53,6 +54,8 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
                  "l": [128, 1024, 4096, 16384]},
     "unfold": _UNFOLD,
     "fold": _UNFOLD,
+    "resize": {"b": [1, 8, 32, 64], "c": [1, 3, 64, 256, 512], "hw": [14, 28, 56, 112, 224, 384],
+               "o": [56, 112, 224, 384, 512, 1024], "mode": [0, 1, 1, 2, 3]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -80,6 +83,10 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         return False
     if kind in ("unfold", "fold"):  # the patch matrix is the large side
         first_input = unfold_patch_elements(p)
+    if kind == "resize":
+        if not resize_ok(p):
+            return False
+        first_input = p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2  # an upsample's output is the large side
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
         first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES

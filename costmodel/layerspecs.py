@@ -73,7 +73,16 @@ _BUILDERS: dict[str, _Builder] = {
                          (_randn(p["b"], p["c"], p["h"], p["w"]),)),
     "fold": lambda p: (nn.Fold((p["h"], p["w"]), (p["kh"], p["kw"]), padding=unfold_padding(p), stride=p["s"]),
                        (_randn(p["b"], p["c"] * p["kh"] * p["kw"], unfold_blocks(p)),)),
+    # Resizing (``F.interpolate``, ``nn.Upsample``: ``aten.upsample_*``), last for the same reason: depth,
+    # segmentation and matting decoders upsample c×hw×hw feature maps to an o×o side, nearest, bilinear
+    # (with or without align_corners) or bicubic; a gather of 1–16 pixels per output, no FLOPs counted.
+    "resize": lambda p: (nn.Upsample(size=(p["o"], p["o"]), mode=RESIZE_MODES[p["mode"]][0],
+                                     align_corners=RESIZE_MODES[p["mode"]][1]),
+                         (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
 }
+# resize's ``mode``: F.interpolate's mode and align_corners (None for nearest)
+RESIZE_MODES: tuple[tuple[str, bool | None], ...] = (("nearest", None), ("bilinear", False), ("bilinear", True),
+                                                     ("bicubic", False))
 KINDS = tuple(_BUILDERS)
 
 # Both directions over one grid: b×c×h×w images (w = 1: a token sequence), kh×kw kernels, stride s.
@@ -102,6 +111,9 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
                  "l": [16, 32, 64, 128, 256, 512, 2048]},
     "unfold": _UNFOLD_GRID,
     "fold": _UNFOLD_GRID,
+    # bilinear drawn twice as often as each other mode, as decoders use it most
+    "resize": {"b": [1, 2, 4, 8], "c": [1, 3, 16, 32, 64, 128, 256, 512], "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 128],
+               "o": [8, 14, 16, 28, 32, 56, 64, 112, 128, 224, 256], "mode": [0, 1, 1, 2, 3]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -174,8 +186,16 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
     if kind in ("unfold", "fold"):  # the patch matrix, kh·kw copies of the image, is the large side
         return unfold_ok(kind, p) and unfold_patch_elements(p) <= _MAX_ELEMENTS
+    if kind == "resize":
+        return resize_ok(p) and p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2 <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
+
+
+def resize_ok(p: dict[str, int]) -> bool:
+    """Whether a ``resize`` draw is one decoders make: a change of size, up to 16× larger or 4× smaller
+    on a side."""
+    return p["o"] != p["hw"] and p["hw"] <= 4 * p["o"] and p["o"] <= 16 * p["hw"]
 
 
 def conv1d_ok(kind: str, p: dict[str, int]) -> bool:

@@ -3,10 +3,12 @@
 Every live operator first joins a group (its module's call, or a run of functional glue of one
 scope), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
 a module's repeated calls, glue computed from the inputs alone, zero-FLOP glue with one producer
-or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2im``) starts a group
-of its own (it and the views after it) that never merges, and no glue joins it nor an ``nn.Unfold``
-/ ``nn.Fold`` module's group: it runs at a few GB/s (overlapping patches copy the input many times
-over), and a cost model prices it as a layer of its own, from the tensor it unfolds.
+or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2im``) or resizes
+(``aten.upsample_*``: ``F.interpolate``) starts a group of its own (it and the views after it) that
+never merges, and no glue joins it nor a module's group that starts with one (``nn.Unfold``,
+``nn.Upsample``): each runs at a few GB/s (overlapping patches copy the input many times over; a
+bilinear resize gathers four pixels per output), and a cost model prices it as a layer of its own,
+from the tensor it unfolds or resizes.
 :mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
 """
 
@@ -19,7 +21,7 @@ from typing import NamedTuple
 import networkx as nx
 import torch
 
-from pipeplan.costmodel.capture.features import UNFOLD_OPS, OpStats, op_name
+from pipeplan.costmodel.capture.features import APART_OPS, OpStats, op_name
 from pipeplan.costmodel.capture.owners import Owners
 
 __all__ = ["Group", "Grouping", "UnionFind", "group_operators"]
@@ -78,10 +80,10 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         else:
             producers = {assign[a.name] for a in n.all_input_nodes if a.name in assign}
             single = groups[producers.pop()] if len(producers) == 1 else None
-            # an unfold starts a group of its own, which takes only the views after it
+            # an unfold or resize starts a group of its own, which takes only the views after it
             if (single is not None and single.functional and single.path == path
-                    and op_name(n.target) not in UNFOLD_OPS
-                    and (stats[n.name].is_view or not _starts_with_unfold(single))):
+                    and op_name(n.target) not in APART_OPS
+                    and (stats[n.name].is_view or not _kept_apart(single))):
                 group = single
             else:
                 group = Group(len(groups), True, path, 0)
@@ -89,9 +91,9 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         group.ops.append(n)
         assign[n.name] = group.gid
 
-    # The groups an unfold or fold starts (it and the views after it), and nn.Unfold / nn.Fold
-    # modules' groups: glue joins none of them.
-    apart = {g.gid for g in groups if _starts_with_unfold(g)}
+    # The groups an unfold, fold or resize starts (it and the views after it), and the modules' groups
+    # that start with one (nn.Unfold, nn.Fold, nn.Upsample): glue joins none of them.
+    apart = {g.gid for g in groups if _kept_apart(g)}
     uf = UnionFind()
     raw_edges = {(assign[a.name], assign[n.name]) for n in ops for a in n.all_input_nodes
                  if a.name in assign and assign[a.name] != assign[n.name]}
@@ -128,8 +130,9 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
             uf.union(first, gid)
 
     # -- attach zero-FLOP functional glue to its only producer or only consumer, but neither an
-    # unfold to anything nor anything to an unfold: inside a linear layer (ConvBERT's 9×1 token
-    # windows) an unfold would be priced as a matmul, at a quarter of its time.
+    # unfold or resize to anything nor anything to one: inside a linear layer (ConvBERT's 9×1 token
+    # windows) an unfold would be priced as a matmul, at a quarter of its time, and a bilinear
+    # upsample beside a convolution (DepthPro's decoder) at an eighth.
     q = quotient()
     for g in groups:
         if not g.functional or uf.find(g.gid) != g.gid or flops[g.gid] > 0 or g.gid in apart:
@@ -145,7 +148,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     return Grouping(groups, uf, assign)
 
 
-def _starts_with_unfold(group: Group) -> bool:
-    """Whether ``group``'s first operator cuts or folds patches: a functional unfold always starts a
-    group of its own, and an ``nn.Unfold``/``nn.Fold`` module's call starts with it."""
-    return op_name(group.ops[0].target) in UNFOLD_OPS
+def _kept_apart(group: Group) -> bool:
+    """Whether ``group``'s first operator cuts, folds or resizes: a functional one always starts a
+    group of its own, and an ``nn.Unfold``/``nn.Fold``/``nn.Upsample`` module's call starts with it."""
+    return op_name(group.ops[0].target) in APART_OPS
