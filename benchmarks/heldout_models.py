@@ -10,7 +10,8 @@ measured, and scored once after it was fixed; the fourth (``FOURTH``: a Whisper 
 Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions, the fifth (``FIFTH``) to
 judge the 1-D rows on 2-D depthwise convolutions, the sixth (``SIXTH``) before the sweep timed
 unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convolutions, the eighth
-(``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows. All are small
+(``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows, the ninth (``NINTH``)
+before resizes became layers of their own. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).

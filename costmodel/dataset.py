@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from pipeplan.costmodel.analytic import DEFAULT_OVERHEAD
-from pipeplan.costmodel.capture.features import APART_OPS
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
+from pipeplan.costmodel.kept_apart import APART_OPS
 
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",

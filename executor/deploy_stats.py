@@ -103,7 +103,7 @@ class ReplanRecord:
 
     at: float
     why: str
-    decision: str  # "stay" or "switch" (the switch itself, once made, is a SwitchRecord)
+    decision: str  # the planner's, "stay" or "switch" (the switch, once made, is a SwitchRecord)
     slowdowns: dict[str, float]  # each device's slowdown in the cluster re-planned for (1: none)
     factors: dict[str, float]  # the devices whose slowdown changed: new ÷ old
     measured: dict[str, float] = field(default_factory=dict)  # a drift re-plan's: measured ÷ predicted compute

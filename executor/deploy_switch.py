@@ -116,18 +116,14 @@ class Switching(LayoutEntry):
                measured: dict[str, float] | None = None) -> SwitchRecord | None:
         """Re-plan for ``cluster`` (the new state: loads, devices gone or added) with the cost of
         moving counted (:func:`pipeplan.planner.replan.replan`), and switch if the new plan moves;
-        None when staying is best.  Every re-plan is recorded (``stats().replans``), with what a
+        None when staying is best.  Every re-plan that made a plan is recorded (``stats().replans``:
+        ``decision`` is the planner's; a switch that then fails leaves no switch record), with what a
         trigger ``measured`` (device → measured ÷ predicted compute) if it says."""
         with self._replanning:
             plan = self._replanned(cluster, horizon, costmodel, time_limit)
-            old = {dev.id: dev.slowdown or 1.0 for dev in self.cluster.devices}
-            new = {dev.id: dev.slowdown or 1.0 for dev in cluster.devices}
-            self.cluster = cluster
             stay = plan.migration is not None and plan.migration.decision == "stay"
-            self._meter.replanned(ReplanRecord(
-                at=time.perf_counter() - self._epoch, why=why, decision="stay" if stay else "switch", slowdowns=new,
-                factors={k: v / old[k] for k, v in new.items() if k in old and v != old[k]},
-                measured=dict(measured or {})))
+            self._record_replan(self.cluster, cluster, why, "stay" if stay else "switch", measured)
+            self.cluster = cluster
             if stay:
                 log.info("re-planned for %s (%s): staying", cluster.name, why)
                 return None
@@ -195,6 +191,16 @@ class Switching(LayoutEntry):
         log.warning("lost %s (%s): re-planning onto the devices left", device, reason)
         self._jobs.put(("recover", reason, None))
 
+    def _record_replan(self, before: Cluster, after: Cluster, why: str, decision: str,
+                       measured: dict[str, float] | None = None) -> None:
+        """Record a re-plan from the cluster ``before`` to ``after`` (``stats().replans``)."""
+        old = {dev.id: dev.slowdown or 1.0 for dev in before.devices}
+        new = {dev.id: dev.slowdown or 1.0 for dev in after.devices}
+        self._meter.replanned(ReplanRecord(
+            at=time.perf_counter() - self._epoch, why=why, decision=decision, slowdowns=new,
+            factors={k: v / old[k] for k, v in new.items() if k in old and v != old[k]},
+            measured=dict(measured or {})))
+
     # -- the switch ------------------------------------------------------------------------------
 
     def _switch(self, plan: Plan, why: str) -> SwitchRecord:
@@ -207,9 +213,10 @@ class Switching(LayoutEntry):
                 drained = time.perf_counter()
                 dead = self._leave()
                 if dead:  # lost a device while switching: the plan asked for may need it
-                    self.cluster = cluster_without(self.cluster, dead)
+                    before, self.cluster = self.cluster, cluster_without(self.cluster, dead)
                     plan = self._replanned(self.cluster, None, None, 5.0)
                     why += f"; re-planned without {', '.join(sorted(dead))}"
+                    self._record_replan(before, self.cluster, why, "switch")
                 return self._enter_plan(plan, why, started, held, drained, replayed)
         finally:
             self._queue.release()
@@ -226,10 +233,12 @@ class Switching(LayoutEntry):
                     self._recovering = False  # another loss from here on is another recovery
                 if not self._procs:
                     raise RunError(f"every device process is gone ({reason}): nothing left to serve on")
-                if dead:
-                    self.cluster = cluster_without(self.cluster, dead)
-                plan = self._replanned(self.cluster, None, None, 5.0) if dead else self.plan
                 why = f"recovery: {', '.join(sorted(dead))} lost" if dead else "recovery: no process lost"
+                plan = self.plan
+                if dead:
+                    before, self.cluster = self.cluster, cluster_without(self.cluster, dead)
+                    plan = self._replanned(self.cluster, None, None, 5.0)
+                    self._record_replan(before, self.cluster, why, "switch")
                 return self._enter_plan(plan, f"{why} (first notice: {reason[:160]})", started, held, held,
                                         replayed)
         finally:

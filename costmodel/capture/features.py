@@ -26,6 +26,7 @@ from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
 from pipeplan.costmodel.capture.ops import UncountedOps, body_flops, flop_formulas
+from pipeplan.costmodel.kept_apart import APART_OPS, RESIZE_OPS, UNFOLD_OPS
 
 __all__ = [
     "APART_OPS",
@@ -189,16 +190,6 @@ def op_name(target: Any) -> str:
         return str(packet).replace("aten::", "aten.")
     return getattr(target, "__name__", str(target))
 
-
-UNFOLD_OPS = ("aten.im2col", "aten.col2im")
-# F.interpolate / nn.Upsample: a gather with interpolation weights, at a few GB/s on a CPU core.
-RESIZE_OPS = ("aten.upsample_nearest1d", "aten.upsample_nearest2d", "aten.upsample_nearest3d",
-              "aten._upsample_nearest_exact1d", "aten._upsample_nearest_exact2d", "aten._upsample_nearest_exact3d",
-              "aten.upsample_linear1d", "aten.upsample_bilinear2d", "aten.upsample_bicubic2d",
-              "aten.upsample_trilinear3d", "aten._upsample_bilinear2d_aa", "aten._upsample_bicubic2d_aa")
-# Operators that make a layer of their own: glue priced with them would be priced at their rate,
-# and they, inside a neighbour, at its.
-APART_OPS = UNFOLD_OPS + RESIZE_OPS
 
 _OP_KINDS: list[tuple[tuple[str, ...], str]] = [
     # Patch rearrangement (nn.Unfold / nn.Fold): no FLOPs, but a kernel of its own that copies kh·kw times.

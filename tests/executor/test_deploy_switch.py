@@ -161,6 +161,10 @@ def test_a_killed_stage_process_is_replanned_around_and_its_requests_replayed(cl
     assert record.bytes_reloaded > 0 and record.bytes_sent == 0
     assert record.bytes_reloaded + record.bytes_kept == record.model_bytes
     assert {m.source for m in record.moves} == {"storage"}
+    # the re-plan onto the devices left is recorded too, with cpu1 gone from the slowdowns
+    [replan] = stats.replans
+    assert (replan.why, replan.decision) == (record.why.split(" (first notice")[0], "switch")
+    assert set(replan.slowdowns) == {"cpu0"} and record.at <= replan.at <= record.at + record.pause
     assert not multiprocessing.active_children()
 
 

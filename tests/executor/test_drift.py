@@ -56,7 +56,9 @@ def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(t
     """The watcher first calibrates (the roofline is far from an mlp's measured stages), then keeps
     watching: two co-runners that start on cpu1's core later are met by a re-plan that finds cpu1
     slower than the plan it measured predicted.  A horizon of one microbatch makes moving rarely pay,
-    so cpu1 keeps a stage to measure.
+    so cpu1 keeps a stage to measure.  A drift re-plan fires only past the 20 % threshold, so this
+    checks that the watcher keeps watching after its first re-plans and finds the loaded cpu1 slower
+    than predicted, not by how much: the swings below could find it so without the co-runners too.
 
     The slowdown is judged within each re-plan (measured ÷ predicted on the plan it measured), not
     against the cluster's slowdown read before the co-runners: re-plans move layers, and on two
@@ -101,7 +103,7 @@ def test_a_co_runner_arriving_after_the_first_checks_is_noticed_and_re_planned(t
         stats = d.stats()
     assert calibrations and all(r.why.startswith("drift: ") for r in stats.replans)
     assert slower(stats, len(calibrations)), [(r.at, r.decision, r.measured) for r in stats.replans]
-    # each drift re-plan's new slowdown is the measured ratio times the one its plan was made with
+    # a drift re-plan changes only the slowdowns of the devices it measured straying
     assert all(r.measured and set(r.factors) <= set(r.measured) for r in stats.replans)
     # a record's slowdowns are the cluster's after it: the last one's are the deployment's own
     assert d.stats().replans[-1].slowdowns == {dev.id: dev.slowdown or 1.0 for dev in d.cluster.devices}
