@@ -87,10 +87,11 @@ def stage_main(rank: int, setup: RunSetup, built: bytes, modules: list[str], ini
 
 def _pickled(build: Any, rebuildable: bool) -> bytes:
     """``build`` pickled; an unsplit model that cannot be pickled (a class defined in a function,
-    a lambda attribute) is left for the last stage to rebuild from the plan's source."""
+    a lambda attribute, a parametrized module such as ``weight_norm``'s, which torch refuses with a
+    RuntimeError) is left for the last stage to rebuild from the plan's source."""
     try:
         return pickle.dumps(build)
-    except (pickle.PicklingError, TypeError, AttributeError) as exc:
+    except (pickle.PicklingError, TypeError, AttributeError, RuntimeError) as exc:
         if build.model is None:
             raise RunError(f"a stage module cannot be sent to its process: {exc}") from exc
         if not rebuildable:

@@ -99,6 +99,24 @@ def transposed(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     return Transposed().eval(), (torch.randn(batch_size, 8, 8),)
 
 
+class WeightNormed(nn.Module):
+    """A convolution under ``weight_norm`` (SEW's and wav2vec 2's positional convolution): torch refuses
+    to pickle a parametrized module, though its exported graph splits and runs like any other."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.utils.parametrizations.weight_norm(nn.Conv1d(8, 8, 3, padding=1), dim=2)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(torch.relu(self.conv(x)).transpose(1, 2))
+
+
+def weight_normed(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    torch.manual_seed(0)
+    return WeightNormed().eval(), (torch.randn(batch_size, 8, 16),)
+
+
 FAMILIES = ("llama_gqa", "t5_encoder_decoder", "vit", "convnext", "mixtral_moe", "bert_masked")
 
 
