@@ -21,6 +21,7 @@ from pipeplan.costmodel.layerspecs import (
     conv1d_flops,
     conv1d_ok,
     conv1d_steps,
+    resize_elements,
     resize_ok,
     sample_specs,
     unfold_ok,
@@ -86,7 +87,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     if kind == "resize":
         if not resize_ok(p):
             return False
-        first_input = p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2  # an upsample's output is the large side
+        first_input = resize_elements(p)  # an upsample's output is the large side
     if kind in ("conv1d", "dwconv1d"):  # a one-channel input can still have a huge output
         first_input = max(first_input, p["b"] * p.get("cout", p.get("c", 0)) * conv1d_steps(p))
     return flops <= _MAX_FLOPS and 4 * first_input <= _MAX_BYTES

@@ -187,7 +187,7 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
     if kind in ("unfold", "fold"):  # the patch matrix, kh·kw copies of the image, is the large side
         return unfold_ok(kind, p) and unfold_patch_elements(p) <= _MAX_ELEMENTS
     if kind == "resize":
-        return resize_ok(p) and p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2 <= _MAX_ELEMENTS
+        return resize_ok(p) and resize_elements(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
 
@@ -196,6 +196,12 @@ def resize_ok(p: dict[str, int]) -> bool:
     """Whether a ``resize`` draw is one decoders make: a change of size, up to 16× larger or 4× smaller
     on a side."""
     return p["o"] != p["hw"] and p["hw"] <= 4 * p["o"] and p["o"] <= 16 * p["hw"]
+
+
+def resize_elements(p: dict[str, int]) -> int:
+    """Elements of a ``resize`` draw's larger side (the output of an upsample, the input of a shrink),
+    by which both sweeps bound a draw."""
+    return p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2
 
 
 def conv1d_ok(kind: str, p: dict[str, int]) -> bool:

@@ -201,6 +201,14 @@ class Switching(LayoutEntry):
             factors={k: v / old[k] for k, v in new.items() if k in old and v != old[k]},
             measured=dict(measured or {})))
 
+    def _replanned_without(self, dead: set[str], why: str) -> Plan:
+        """The cluster without the ``dead`` devices becomes the deployment's, and the plan for it
+        (recorded as a re-plan that switches)."""
+        before, self.cluster = self.cluster, cluster_without(self.cluster, dead)
+        plan = self._replanned(self.cluster, None, None, 5.0)
+        self._record_replan(before, self.cluster, why, "switch")
+        return plan
+
     # -- the switch ------------------------------------------------------------------------------
 
     def _switch(self, plan: Plan, why: str) -> SwitchRecord:
@@ -213,10 +221,8 @@ class Switching(LayoutEntry):
                 drained = time.perf_counter()
                 dead = self._leave()
                 if dead:  # lost a device while switching: the plan asked for may need it
-                    before, self.cluster = self.cluster, cluster_without(self.cluster, dead)
-                    plan = self._replanned(self.cluster, None, None, 5.0)
                     why += f"; re-planned without {', '.join(sorted(dead))}"
-                    self._record_replan(before, self.cluster, why, "switch")
+                    plan = self._replanned_without(dead, why)
                 return self._enter_plan(plan, why, started, held, drained, replayed)
         finally:
             self._queue.release()
@@ -234,11 +240,7 @@ class Switching(LayoutEntry):
                 if not self._procs:
                     raise RunError(f"every device process is gone ({reason}): nothing left to serve on")
                 why = f"recovery: {', '.join(sorted(dead))} lost" if dead else "recovery: no process lost"
-                plan = self.plan
-                if dead:
-                    before, self.cluster = self.cluster, cluster_without(self.cluster, dead)
-                    plan = self._replanned(self.cluster, None, None, 5.0)
-                    self._record_replan(before, self.cluster, why, "switch")
+                plan = self._replanned_without(dead, why) if dead else self.plan
                 return self._enter_plan(plan, f"{why} (first notice: {reason[:160]})", started, held, held,
                                         replayed)
         finally:
