@@ -11,7 +11,8 @@ Wav2Vec2-Conformer, Mamba, LFM2) before the sweep had 1-D convolutions, the fift
 judge the 1-D rows on 2-D depthwise convolutions, the sixth (``SIXTH``) before the sweep timed
 unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convolutions, the eighth
 (``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows, the ninth (``NINTH``)
-before resizes became layers of their own. All are small
+before resizes became layers of their own, the tenth (``TENTH``) before the sweep timed activations
+on 3-D and 4-D maps. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).
@@ -363,3 +364,49 @@ def vitmatte(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 NINTH = ("upernet", "depth_anything", "vitmatte")
+
+
+# A tenth held-out set, written on 2026-11-25 before the sweep timed activations other than ReLU and GELU
+# on 3-D and 4-D maps (ReLU6, SiLU, Hardswish, sigmoid, tanh): MobileNetV2's ReLU6 layers were that change's
+# reason, these use such activations too.
+
+
+def mobilenet_v1(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A MobileNetV1 classifier (depthwise-separable convolutions, each followed by batch norm and ReLU6),
+    width ×0.5, 96×96 images."""
+    from transformers import MobileNetV1Config, MobileNetV1ForImageClassification
+
+    config = MobileNetV1Config(depth_multiplier=0.5, image_size=96, num_labels=10)
+    return MobileNetV1ForImageClassification(config), (torch.randn(batch_size, 3, 96, 96),)
+
+
+def hgnet_v2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """An HGNetV2 classifier (stems and stages of light convolution blocks with ReLU, aggregated by
+    concatenation), 64×64 images."""
+    from transformers import HGNetV2Config, HGNetV2ForImageClassification
+
+    config = HGNetV2Config(num_labels=10)
+    return HGNetV2ForImageClassification(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def hiera(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A Hiera classifier (a hierarchical vision transformer with mask-unit attention and pooled
+    queries), 64×64 images."""
+    from transformers import HieraConfig, HieraForImageClassification
+
+    config = HieraConfig(embed_dim=32, image_size=[64, 64], patch_size=[7, 7], patch_stride=[4, 4],
+                         patch_padding=[3, 3], depths=[1, 1, 2, 1], num_heads=[1, 2, 4, 8], num_labels=10)
+    return HieraForImageClassification(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def olmo2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """An OLMo 2 decoder (RMS-normed queries and keys, post-norm blocks, a SiLU-gated MLP), 4 layers."""
+    from transformers import Olmo2Config, Olmo2ForCausalLM
+
+    config = Olmo2Config(vocab_size=2048, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
+    return Olmo2ForCausalLM(config), (torch.randint(0, 2048, (batch_size, SEQ)),)
+
+
+TENTH = ("mobilenet_v1", "hgnet_v2", "hiera", "olmo2")
