@@ -76,7 +76,18 @@ def _export(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> 
         with torch.no_grad():
             return torch.export.export(model, args, kwargs=kwargs, strict=False)
     except Exception as exc:  # torch raises many types; the user needs the model name and the cause
-        raise CaptureError(f"torch.export could not trace {type(model).__name__}: {exc}") from exc
+        raise CaptureError(f"torch.export could not trace {type(model).__name__}: {exc}{_hint(exc)}") from exc
+
+
+def _hint(exc: Exception) -> str:
+    """What to change for a failure a user meets often, or nothing."""
+    text = str(exc)
+    # a transformers decoder built with its default config returns its key/value cache, an object
+    # torch.export cannot flatten; inference split into stages does not carry it between calls
+    if "in output, which is not a known type" in text and "Cache" in text:
+        return ("\n(the model returns its key/value cache: build it with use_cache=False in its config, "
+                "e.g. LlamaConfig(..., use_cache=False), or pass use_cache=False as a keyword input)")
+    return ""
 
 
 def capture(

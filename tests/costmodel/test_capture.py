@@ -144,6 +144,19 @@ def test_unexportable_model_is_refused_with_its_name() -> None:
         capture(_DataDependent(), (torch.randn(2, 2),))
 
 
+def test_a_decoder_that_returns_its_cache_is_refused_with_the_fix() -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                         num_attention_heads=2, max_position_embeddings=16)  # use_cache defaults to True
+    tokens = torch.randint(0, 64, (1, 8))
+    with pytest.raises(CaptureError, match=r"(?s)LlamaForCausalLM.*DynamicCache.*use_cache=False") as refused:
+        capture(LlamaForCausalLM(config).eval(), (tokens,))
+    assert "\n(the model returns its key/value cache" in str(refused.value)
+    # the fix it names works: the same decoder captures with its cache turned off
+    assert len(capture(LlamaForCausalLM(config).eval(), (tokens,), {"use_cache": False}).layers) > 5
+
+
 @pytest.mark.parametrize("text", ["", "leaves", "depth:0", "depth:-1", "depth"])
 def test_bad_granularity(text: str) -> None:
     with pytest.raises(CaptureError, match="granularity"):
