@@ -12,7 +12,7 @@ judge the 1-D rows on 2-D depthwise convolutions, the sixth (``SIXTH``) before t
 unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convolutions, the eighth
 (``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows, the ninth (``NINTH``)
 before resizes became layers of their own, the tenth (``TENTH``) before the sweep timed activations
-on 3-D and 4-D maps. All are small
+on 3-D and 4-D maps, the eleventh (``ELEVENTH``) before layers recorded their input's memory layout. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).
@@ -410,3 +410,52 @@ def olmo2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TENTH = ("mobilenet_v1", "hgnet_v2", "hiera", "olmo2")
+
+
+# An eleventh held-out set, written on 2026-11-25 before captured layers recorded their input's memory
+# layout (a 4-D map in channels-last strides, as a model leaves it after turning tokens back into an
+# image, runs a resize or max-pool 5–20× faster and a GELU 1.5× slower): DPT was that change's reason,
+# these turn tokens into maps too.
+
+
+def vitpose(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A ViTPose keypoint estimator (a 2-layer ViT backbone, a simple decoder that upsamples the
+    token map and convolves it), 64×48 images."""
+    from transformers import VitPoseBackboneConfig, VitPoseConfig, VitPoseForPoseEstimation
+
+    backbone = VitPoseBackboneConfig(hidden_size=64, num_hidden_layers=2, num_attention_heads=2, image_size=[64, 48],
+                                     patch_size=[8, 8], intermediate_size=128, out_indices=[2])
+    config = VitPoseConfig(backbone_config=backbone, use_simple_decoder=True, num_labels=8)
+    return VitPoseForPoseEstimation(config), (torch.randn(batch_size, 3, 64, 48),)
+
+
+def sam_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """SAM's image encoder (a 2-layer windowed ViT with relative positions, a convolutional neck on
+    the token map), 64×64 images."""
+    from transformers import SamVisionConfig, SamVisionModel
+
+    config = SamVisionConfig(hidden_size=64, output_channels=32, num_hidden_layers=2, num_attention_heads=2,
+                             image_size=64, patch_size=8, mlp_dim=128, window_size=4, global_attn_indexes=[1])
+    return SamVisionModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def pvt(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A PVT (v1) classifier (four stages of patch embeddings and attention whose keys and values
+    are spatially reduced by a strided convolution on the token map), 64×64 images."""
+    from transformers import PvtConfig, PvtForImageClassification
+
+    config = PvtConfig(image_size=64, hidden_sizes=[16, 32, 64, 128], depths=[1, 1, 1, 1],
+                       num_attention_heads=[1, 2, 2, 4], num_labels=10)
+    return PvtForImageClassification(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def dinov3_convnext(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A DINOv3 ConvNeXt backbone (depthwise 7×7 convolutions, channels-last norms and MLPs),
+    64×64 images."""
+    from transformers import DINOv3ConvNextConfig, DINOv3ConvNextModel
+
+    config = DINOv3ConvNextConfig(hidden_sizes=[24, 48, 96, 192], depths=[1, 1, 2, 1])
+    return DINOv3ConvNextModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+ELEVENTH = ("vitpose", "sam_vision", "pvt", "dinov3_convnext")
