@@ -166,16 +166,33 @@ def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict
         profiled = load_cost_model(f"profile:{path}")
         assert isinstance(profiled, ProfiledCostModel)
         matched = sum((la.name, la.flops) in profiled.table.index() for la in graph.layers)
+        per_layer = {spec: load_cost_model(spec).layer_times(graph.layers, device) for spec in learned}
+        in_model = profiled.layer_times(graph.layers, device)
         predictions = {
-            **{spec: sum(load_cost_model(spec).layer_times(graph.layers, device)) for spec in learned},
+            **{spec: sum(times) for spec, times in per_layer.items()},
             "roofline": sum(RooflineModel().layer_times(graph.layers, device)),
-            "profile": sum(profiled.layer_times(graph.layers, device)),
+            "profile": sum(in_model),
         }
     idle = table.levels[0]
     return {"model": name, "layers": len(graph.layers), "matched": matched, "measured": measured,
+            "by_op": by_operator(graph.layers, in_model, per_layer[learned[-1]]),
             "measured_graph": measured_graph, **predictions, "sum_vs_forward": idle.sum_s / idle.forward_s - 1,
             "sum_vs_graph": idle.sum_s / (idle.graph_s or idle.forward_s) - 1,
             "overhead_us": 1e6 * statistics.median(idle.overhead_s), "loadavg": os.getloadavg()[0]}
+
+
+def by_operator(layers: list[Any], in_model: list[float],
+                predicted: list[float]) -> list[tuple[str, int, float, float]]:
+    """(operator, layers, in-model seconds, predicted seconds) per main operator, largest error first: where
+    a whole-model error comes from, against the model's own layers timed in a real forward."""
+    from pipeplan.costmodel.dataset import main_op
+
+    groups: dict[str, list[float]] = {}
+    for layer, real, guess in zip(layers, in_model, predicted, strict=True):
+        g = groups.setdefault(main_op(layer), [0, 0.0, 0.0])
+        g[0], g[1], g[2] = g[0] + 1, g[1] + real, g[2] + guess
+    rows = [(op, int(n), real, guess) for op, (n, real, guess) in groups.items()]
+    return sorted(rows, key=lambda r: -abs(r[3] - r[2]))
 
 
 def main() -> None:
@@ -185,6 +202,9 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=2.0, help="timed seconds per measurement (2)")
     parser.add_argument("--learned", default="learned",
                         help="comma-separated learned models to score: shipped names or files (learned)")
+    parser.add_argument("--by-op", type=int, default=0, metavar="N",
+                        help="after the table, each model's N operators whose predicted time (the last --learned "
+                             "model's) is furthest from the same layers' in-model profile (0: none)")
     args = parser.parse_args()
     learned = [spec.strip() for spec in args.learned.split(",") if spec.strip()]
 
@@ -200,8 +220,11 @@ def main() -> None:
           + " | profile vs graph | Σ layers vs graph | Σ layers vs eager | call overhead | load avg |")
     print("|---|---:|---:|---:|" + "---:|" * len(predictors) + "---:|---:|---:|---:|---:|")
     errors: dict[str, list[float]] = {**{p: [] for p in predictors}, "profile vs graph": []}
+    breakdowns: list[str] = []
     for name in args.models.split(","):
         r = evaluate(name.strip(), args.seconds, device, learned)
+        breakdowns += [f"| {r['model']} | {op} | {n} | {real * 1e3:.3f} | {guess * 1e3:.3f} | "
+                       f"{(guess - real) * 1e3:+.3f} |" for op, n, real, guess in r["by_op"][:args.by_op]]
         cells = []
         for key in predictors:
             err = r[key] / r["measured"] - 1
@@ -216,6 +239,10 @@ def main() -> None:
     summary = ", ".join(f"{k} median |err| {statistics.median(abs(e) for e in v):.0%}, worst "
                         f"{max(v, key=abs):+.0%}" for k, v in errors.items())
     print(f"\n{summary}; load average at end {os.getloadavg()[0]:.2f}")
+    if breakdowns:
+        print(f"\nBy operator ({learned[-1]} against the in-model profile of the same layers, idle):\n\n"
+              "| model | operator | layers | in-model ms | predicted ms | off by ms |\n|---|---|---:|---:|---:|---:|")
+        print("\n".join(breakdowns))
 
 
 if __name__ == "__main__":

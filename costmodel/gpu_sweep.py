@@ -57,6 +57,8 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
     "fold": _UNFOLD,
     "resize": {"b": [1, 8, 32, 64], "c": [1, 3, 64, 256, 512], "hw": [14, 28, 56, 112, 224, 384],
                "o": [56, 112, 224, 384, 512, 1024], "mode": [0, 1, 1, 2, 3]},
+    "activation": {"b": [1, 8, 32, 64], "c": [64, 256, 768, 1024, 2048, 4096], "hw": [7, 14, 28, 56, 112],
+                   "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory

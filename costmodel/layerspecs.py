@@ -79,7 +79,17 @@ _BUILDERS: dict[str, _Builder] = {
     "resize": lambda p: (nn.Upsample(size=(p["o"], p["o"]), mode=RESIZE_MODES[p["mode"]][0],
                                      align_corners=RESIZE_MODES[p["mode"]][1]),
                          (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    # Activations beyond the 2-D ReLU and GELU above, last for the same reason: ReLU6 (``aten.hardtanh``:
+    # MobileNets), SiLU (gated MLPs, EfficientNets), Hardswish, sigmoid (squeeze-excitation gates), tanh,
+    # and ReLU and GELU again, on the maps real models apply them to: a CNN's b×c×hw×hw (rank 4) or a
+    # transformer's b×tokens×c (rank 3). Without them an operator no sweep timed was priced by whatever
+    # kinds a retrain put beside it (MobileNetV2's 35 ReLU6 layers moved 2.7 → 3.7 ms in one retrain).
+    "activation": lambda p: (ACTIVATIONS[p["op"]][1](), (_randn(*activation_shape(p)),)),
 }
+# activation's ``op``: a name for it and the module that applies it
+ACTIVATIONS: tuple[tuple[str, Callable[[], nn.Module]], ...] = (
+    ("relu6", nn.ReLU6), ("silu", nn.SiLU), ("hardswish", nn.Hardswish), ("sigmoid", nn.Sigmoid),
+    ("tanh", nn.Tanh), ("relu", nn.ReLU), ("gelu", nn.GELU))
 # resize's ``mode``: F.interpolate's mode and align_corners (None for nearest)
 RESIZE_MODES: tuple[tuple[str, bool | None], ...] = (("nearest", None), ("bilinear", False), ("bilinear", True),
                                                      ("bicubic", False))
@@ -114,6 +124,10 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
     # bilinear drawn twice as often as each other mode, as decoders use it most
     "resize": {"b": [1, 2, 4, 8], "c": [1, 3, 16, 32, 64, 128, 256, 512], "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 128],
                "o": [8, 14, 16, 28, 32, 56, 64, 112, 128, 224, 256], "mode": [0, 1, 1, 2, 3]},
+    # ReLU6 and SiLU drawn twice as often as each other activation (the most common unswept ones); CNN maps
+    # (rank 4) twice as often as token sequences
+    "activation": {"b": [1, 2, 4, 8], "c": [16, 24, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024],
+                   "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 112], "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -190,6 +204,18 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
         return resize_ok(p) and resize_elements(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
             and conv1d_ok(kind, p))
+
+
+def activation_shape(p: dict[str, int]) -> tuple[int, ...]:
+    """The input of an ``activation`` draw: b×c×hw×hw for rank 4, b×(hw·hw)×c (tokens × channels) for rank 3.
+
+    >>> p = {"b": 2, "c": 64, "hw": 14}
+    >>> activation_shape({**p, "rank": 4}), activation_shape({**p, "rank": 3})
+    ((2, 64, 14, 14), (2, 196, 64))
+    """
+    if p["rank"] == 4:
+        return p["b"], p["c"], p["hw"], p["hw"]
+    return p["b"], p["hw"] * p["hw"], p["c"]
 
 
 def resize_ok(p: dict[str, int]) -> bool:
