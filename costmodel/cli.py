@@ -28,17 +28,20 @@ def _user_errors() -> tuple[type[Exception], ...]:
 USER_ERRORS: tuple[type[Exception], ...] = _user_errors()
 
 
-def select_layers(layers: str, per_kind: int, gpu: bool) -> tuple[list[Any], list[str]]:
+def select_layers(layers: str, per_kind: int, gpu: bool, channels_last: bool = False) -> tuple[list[Any], list[str]]:
     """The layer specs and zoo model names ``--layers`` asks for, nothing built yet. The sweep (and a
     bare layer type) takes GPU-sized shapes (:func:`pipeplan.costmodel.gpu_sweep.gpu_sweep`) when ``gpu``,
-    the CPU sweep's (:func:`pipeplan.costmodel.layerspecs.default_sweep`) otherwise.
+    the CPU sweep's (:func:`pipeplan.costmodel.layerspecs.default_sweep`) otherwise. ``channels_last``
+    adds, after each shape whose input is a 4-D map, the same shape laid out channels-last (``cl=1``):
+    pairs that differ in layout alone. (A kind's seeded shapes depend on the kinds drawn before it in one
+    call, so twins of another command's shapes are best given by key.)
 
     >>> specs, models = select_layers("linear,model:gpt2", 2, gpu=True)
     >>> [s.kind for s in specs], models
     (['linear', 'linear'], ['gpt2'])
     """
     from pipeplan.costmodel.gpu_sweep import gpu_sweep
-    from pipeplan.costmodel.layerspecs import KINDS, default_sweep, parse_spec
+    from pipeplan.costmodel.layerspecs import CHANNELS_LAST_KINDS, KINDS, channels_last_twin, default_sweep, parse_spec
 
     # Items are comma-separated and so are a shape's parameters: "k=v" pieces belong to the item before.
     items: list[str] = []
@@ -63,13 +66,21 @@ def select_layers(layers: str, per_kind: int, gpu: bool) -> tuple[list[Any], lis
                              "model:NAME or a shape such as linear:m=64,k=768,n=768")
     if kinds:
         specs += (gpu_sweep if gpu else default_sweep)(per_kind, kinds)
+    if channels_last:
+        twins = [(spec, channels_last_twin(spec)) for spec in specs]
+        if models or not any(twin for _, twin in twins):
+            raise UsageError("--channels-last times 4-D maps of the sweep's kinds "
+                             f"({', '.join(CHANNELS_LAST_KINDS)}), not zoo models: --layers {layers!r} "
+                             + ("names a model" if models else "has none"))
+        specs = [s for spec, twin in twins for s in (spec, twin) if s is not None]
     return specs, models
 
 
-def _targets(layers: str, per_kind: int, gpu: int | None, dtype: str = "fp32") -> list[Any]:
+def _targets(layers: str, per_kind: int, gpu: int | None, dtype: str = "fp32",
+             channels_last: bool = False) -> list[Any]:
     from pipeplan.costmodel.profile import targets_from_models, targets_from_specs
 
-    specs, models = select_layers(layers, per_kind, gpu is not None)
+    specs, models = select_layers(layers, per_kind, gpu is not None, channels_last)
     return targets_from_specs(specs, gpu, dtype) + targets_from_models(models, gpu, dtype)
 
 
@@ -87,7 +98,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     if out.exists() and not args.append:
         raise UsageError(f"{out} exists: pass --append to add rows to it, or choose another --out")
     with user_input(f"--out {out}"):
-        check_appendable(out, dtype, events=args.gpu is not None)
+        check_appendable(out, dtype, events=args.gpu is not None, channels_last=args.channels_last)
     with user_input("profile options"):
         settings = ProfileSettings(
             levels=[Contention.parse(x) for x in args.levels.split(",")], cores=args.cores, threads=args.threads,
@@ -98,7 +109,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
         check_dtype(dtype, args.gpu)
     console.print("building and capturing the layers to profile"
                   + (" (GPU-sized sweep shapes)" if args.gpu is not None else "") + f" in {dtype} …")
-    targets = _targets(args.layers, args.per_kind, args.gpu, dtype)
+    targets = _targets(args.layers, args.per_kind, args.gpu, dtype, args.channels_last)
     device = measure_device(settings)
     console.print(f"device {device.type}: {device.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), "
                   f"{device.mem_bandwidth / 1e9:.1f} GB/s (copy), measured idle on cores "
@@ -300,6 +311,10 @@ def register(sub: Any) -> None:
                    "with --gpu the sweep's shapes are GPU-sized (tokens 128–32k, hidden 512–8192, real image "
                    "sizes, batch 1–64)")
     p.add_argument("--per-kind", type=int, default=12, metavar="N", help="shapes per layer type in the sweep (12)")
+    p.add_argument("--channels-last", action="store_true",
+                   help="also time each shape whose input is a 4-D map (conv2d, batchnorm, pools, resize, "
+                   "activation) laid out channels-last (cl=1), as models leave their maps after turning tokens back "
+                   "into images: pairs that differ in layout alone")
     p.add_argument("--budget-minutes", type=float, metavar="N", help="stop after about N minutes")
     p.add_argument("--cores", type=lambda s: [int(c) for c in s.split(",")], default=[_first_core()], metavar="C,C",
                    help="CPU cores to run on, co-runners included (default: the first core this process may "

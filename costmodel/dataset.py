@@ -32,7 +32,9 @@ CATEGORICAL = ("layer_kind", "main_op", "contention_kind")
 NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes", "log_intensity",
            "log_batch", "kernels", "log_roofline_s", "input_rank", "log_last_dim", "log_outer_numel",
            "log_min_dim", "log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
-           "log_conv_in_channels", "corunners", "utilization", "compute_share", "memory_share")
+           "log_conv_in_channels", "corunners", "utilization", "compute_share", "memory_share", "channels_last")
+# Numeric features are only ever appended: a model file trained before one was added predicts with the
+# ones it has (``estimators.numeric_of``), the new one absent from its matrix.
 
 # Every column of the CSV, in order.
 COLUMNS = (
@@ -46,15 +48,19 @@ COLUMNS = (
     # the measurement
     "time_s", "time_min_s", "time_max_s", "spread", "repeats", "iterations", "event_time_s",
     "loadavg", "torch_version", "measured_at",
+    # added later, so last: an older file gains it as an empty trailing field
+    "channels_last",
 )
 DTYPES = ("fp32", "bf16", "fp16")
 # Columns added after profiles were shipped, and what a row without them (or with them empty) reads as:
 # ``dtype``, what the layer ran in (profiles before it were all fp32); ``event_time_s``, the span between
-# CUDA events around the same calls (GPU rows only; NaN on CPU rows and in older files).
-OPTIONAL: dict[str, Any] = {"dtype": "fp32", "event_time_s": math.nan}
+# CUDA events around the same calls (GPU rows only; NaN on CPU rows and in older files); ``channels_last``,
+# the layer's first input a 4-D map in channels-last strides (1) or not (0: every older row's layers were
+# timed on the contiguous inputs the sweep builds, or captured before the layout was recorded).
+OPTIONAL: dict[str, Any] = {"dtype": "fp32", "event_time_s": math.nan, "channels_last": 0}
 _REQUIRED = tuple(c for c in COLUMNS if c not in OPTIONAL)
 _INT_COLUMNS = {"flops", "bytes_read", "bytes_written", "param_bytes", "kernels", "batch", "threads",
-                "corunners", "repeats", "iterations"}
+                "corunners", "repeats", "iterations", "channels_last"}
 _FLOAT_COLUMNS = {"peak_flops", "mem_bandwidth", "utilization", "compute_share", "memory_share", "time_s",
                   "time_min_s", "time_max_s", "spread", "loadavg", "event_time_s"}
 
@@ -95,7 +101,8 @@ def layer_features(layer: Layer) -> dict[str, Any]:
     return {"layer_kind": layer.kind, "main_op": main_op(layer), "module_type": layer.module_type,
             "input_shapes": ";".join("x".join(map(str, s)) for s in layer.input_shapes),
             "flops": layer.flops, "bytes_read": layer.bytes_read, "bytes_written": layer.bytes_written,
-            "param_bytes": layer.param_bytes, "kernels": layer.kernels, "batch": batch}
+            "param_bytes": layer.param_bytes, "kernels": layer.kernels, "batch": batch,
+            "channels_last": int(layer.channels_last)}
 
 
 def device_features(device: Device) -> dict[str, Any]:
@@ -206,6 +213,7 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
         **_shape_features(row["input_shapes"]), **_conv_features(row),
         "corunners": float(row["corunners"]), "utilization": float(row["utilization"]),
         "compute_share": float(row["compute_share"]), "memory_share": float(row["memory_share"]),
+        "channels_last": float(row.get("channels_last") or 0),
     })
     return out
 
@@ -258,18 +266,23 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
     return count
 
 
-def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False) -> None:
-    """Raise ``ValueError`` unless rows of ``dtype`` (with CUDA-event spans when ``events``) can be
-    appended to ``path``: a profile dataset, or nothing yet.  For a profiler to call before it
-    measures, not after its first row."""
+def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False,
+                     channels_last: bool = False) -> None:
+    """Raise ``ValueError`` unless rows of ``dtype`` (with CUDA-event spans when ``events``, of layers
+    on channels-last maps when ``channels_last``) can be appended to ``path``: a profile dataset, or
+    nothing yet.  For a profiler to call before it measures, not after its first row."""
     path = Path(path)
     if not path.exists() or path.stat().st_size == 0:
         return
-    column = _unstorable(_appendable_header(path), {"dtype": dtype, "event_time_s": 0.0 if events else ""})
+    column = _unstorable(_appendable_header(path), {"dtype": dtype, "event_time_s": 0.0 if events else "",
+                                                    "channels_last": 1 if channels_last else 0})
     if column is not None:
-        what = {"dtype": f"{dtype} rows", "event_time_s": "rows with CUDA-event spans"}[column]
+        what = {"dtype": f"{dtype} rows", "event_time_s": "rows with CUDA-event spans",
+                "channels_last": "rows of channels-last layers"}[column]
         raise ValueError(f"{path} was written before the {column} column, so {what} cannot be appended "
-                         "to it: write a new file")
+                         "to it: write a new file" + (" (or add the column: python -m "
+                                                      "pipeplan.costmodel.layout_backfill FILE)"
+                                                      if column == "channels_last" else ""))
 
 
 def _unstorable(header: Sequence[str], row: dict[str, Any]) -> str | None:

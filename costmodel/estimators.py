@@ -16,30 +16,48 @@ import numpy as np
 from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, model_inputs
 from pipeplan.costmodel.smooth import OperatorGP, fit_operator_gps
 
-__all__ = ["SMOOTH_WEIGHT", "Fitted", "encode", "feature_names", "fit_estimators", "held_out_split", "operators",
-           "predict_log_time", "vocabulary_of"]
+__all__ = [
+    "SMOOTH_WEIGHT",
+    "Fitted",
+    "encode",
+    "feature_names",
+    "fit_estimators",
+    "held_out_split",
+    "numeric_of",
+    "operators",
+    "predict_log_time",
+    "vocabulary_of",
+]
 
 
 def vocabulary_of(rows: Sequence[dict[str, Any]]) -> dict[str, list[str]]:
     return {name: sorted({str(r[name]) for r in rows}) for name in CATEGORICAL}
 
 
-def feature_names(vocabulary: dict[str, list[str]]) -> list[str]:
-    return [*NUMERIC, *(f"{name}={value}" for name in CATEGORICAL for value in vocabulary[name])]
+def feature_names(vocabulary: dict[str, list[str]], numeric: Sequence[str] = NUMERIC) -> list[str]:
+    return [*numeric, *(f"{name}={value}" for name in CATEGORICAL for value in vocabulary[name])]
 
 
-def encode(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]]) -> np.ndarray:
-    """The feature matrix: numeric features, then one column per known category (unknown: all 0)."""
+def numeric_of(features: Sequence[str]) -> tuple[str, ...] | None:
+    """The numeric features a model file's feature list holds, when they are a leading part of
+    :data:`NUMERIC` (a file trained before later ones were added); ``None`` when they are not."""
+    numeric = tuple(f for f in features if "=" not in f)
+    return numeric if numeric == NUMERIC[:len(numeric)] and "log_roofline_s" in numeric else None
+
+
+def encode(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]],
+           numeric: Sequence[str] = NUMERIC) -> np.ndarray:
+    """The feature matrix: ``numeric`` features, then one column per known category (unknown: all 0)."""
     index = {(name, value): i for i, (name, value) in
              enumerate((n, v) for n in CATEGORICAL for v in vocabulary[n])}
-    x = np.zeros((len(rows), len(NUMERIC) + len(index)))
+    x = np.zeros((len(rows), len(numeric) + len(index)))
     for i, row in enumerate(rows):
         feats = model_inputs(row)
-        x[i, :len(NUMERIC)] = [feats[name] for name in NUMERIC]
+        x[i, :len(numeric)] = [feats[name] for name in numeric]
         for name in CATEGORICAL:
             j = index.get((name, str(feats[name])))
             if j is not None:
-                x[i, len(NUMERIC) + j] = 1.0
+                x[i, len(numeric) + j] = 1.0
     return x
 
 
@@ -56,6 +74,7 @@ class Fitted:
 
     estimators: dict[str, Any]
     smooth: dict[str, OperatorGP] = field(default_factory=dict)
+    numeric: tuple[str, ...] = NUMERIC  # the numeric features they read (fewer in a file from before some)
 
 
 def predict_log_time(fitted: Fitted, name: str, x: np.ndarray, ops: Sequence[str]) -> np.ndarray:

@@ -69,6 +69,10 @@ class Layer:
     output_shapes: list[Shape] = field(default_factory=list)
     output_dtypes: list[str] = field(default_factory=list)
     ops: list[str] = field(default_factory=list)  # the aten operators, in execution order
+    # The first input is a 4-D map in channels-last strides (N, 1, W·C, C), as a model leaves it after turning
+    # tokens back into an image by a permute; convolutions keep that layout. A resize or max-pool runs 5-20×
+    # faster on it, a GELU or batch norm 1.5× slower: a cost the shapes alone do not tell.
+    channels_last: bool = False
     # A layer of a coarser capture (a block): the leaf layers it is made of, for cost models that
     # price leaf layers better than whole blocks (pipeplan.costmodel.capture._attach_parts). Empty otherwise.
     parts: list[Layer] = field(default_factory=list)
@@ -342,9 +346,12 @@ def _tensor(raw: Any, where: str) -> TensorInfo:
 
 
 def _layer_dict(layer: Layer) -> dict[str, Any]:
-    """A layer's JSON form: its fields, the derived intensity, and its parts only when it has some
-    (a leaf graph's JSON stays what it was before parts existed)."""
+    """A layer's JSON form: its fields, the derived intensity, its parts only when it has some and
+    ``channels_last`` only when true (a graph's JSON, and so its digest and the keys of plans stored for
+    it, stays what it was before those fields existed)."""
     out = {**asdict(layer), "intensity": round(layer.intensity, 6)}
+    if not layer.channels_last:
+        del out["channels_last"]
     if layer.parts:
         out["parts"] = [_layer_dict(part) for part in layer.parts]
     else:
@@ -375,5 +382,7 @@ def _layer(raw: Any, index: int) -> Layer:
         raise GraphError(f"layer {name!r} has unknown field(s): {', '.join(unknown)}")
     for key in ("input_shapes", "output_shapes"):
         _shapes(raw.get(key, []), f"layer {name!r} {key}")
+    if not isinstance(raw.get("channels_last", False), bool):
+        raise GraphError(f"layer {name!r}: channels_last must be true or false, got {raw['channels_last']!r}")
     parts = [_layer(part, j) for j, part in enumerate(_list(raw.get("parts", []), f"layer {name!r} parts"))]
     return Layer(**{k: raw[k] for k in raw if k not in ("intensity", "parts")}, parts=parts)

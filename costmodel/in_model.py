@@ -57,6 +57,7 @@ class InModelCorrection:
 
     estimator: Any
     vocabulary: dict[str, list[str]]
+    numeric: tuple[str, ...] = NUMERIC  # as its model's sweep estimators (fewer in a file from before some)
 
     @classmethod
     def fit(cls, rows: Sequence[dict[str, Any]], sweep_log: np.ndarray, seed: int = 0) -> InModelCorrection:
@@ -68,7 +69,7 @@ class InModelCorrection:
         if not rows:
             raise ValueError("no in-model rows to fit the correction on")
         vocabulary = vocabulary_of(rows)
-        x = _inputs(rows, vocabulary, sweep_log)
+        x = _inputs(rows, vocabulary, sweep_log, NUMERIC)
         residual = np.log10([float(r["time_s"]) for r in rows]) - sweep_log
         estimator = HistGradientBoostingRegressor(**_TREES, random_state=seed).fit(x, np.clip(residual, *BOUNDS))
         return cls(estimator, vocabulary)
@@ -77,7 +78,7 @@ class InModelCorrection:
         """log10 of the factor to multiply each row's sweep prediction by."""
         if not len(rows):
             return np.zeros(0)
-        return np.clip(self.estimator.predict(_inputs(rows, self.vocabulary, sweep_log)), *BOUNDS)
+        return np.clip(self.estimator.predict(_inputs(rows, self.vocabulary, sweep_log, self.numeric)), *BOUNDS)
 
 
 # Numeric features the correction does not see. How a model lays out its tensors (OPT flattens its
@@ -87,9 +88,10 @@ EXCLUDED = ("log_batch", "input_rank", "log_last_dim", "log_outer_numel", "log_m
             "corunners", "utilization", "compute_share", "memory_share")
 
 
-def _inputs(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]], sweep_log: np.ndarray) -> np.ndarray:
-    x = encode(rows, vocabulary)
-    keep = [i for i, name in enumerate(NUMERIC) if name not in EXCLUDED] + list(range(len(NUMERIC), x.shape[1]))
+def _inputs(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]], sweep_log: np.ndarray,
+            numeric: Sequence[str]) -> np.ndarray:
+    x = encode(rows, vocabulary, numeric)
+    keep = [i for i, name in enumerate(numeric) if name not in EXCLUDED] + list(range(len(numeric), x.shape[1]))
     return np.column_stack([x[:, keep], sweep_log])
 
 

@@ -21,7 +21,8 @@ from torch import nn
 
 from pipeplan.costmodel.graph import Layer
 
-__all__ = ["KINDS", "LayerSpec", "ModelLayer", "default_sweep", "model_layers", "parse_spec"]
+__all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "default_sweep",
+           "model_layers", "parse_spec"]
 
 
 class _Attention(nn.Module):
@@ -42,21 +43,29 @@ def _randn(*shape: int) -> torch.Tensor:
     return torch.randn(*shape)
 
 
+def _map(p: dict[str, int], *shape: int) -> torch.Tensor:
+    """A random 4-D map, laid out channels-last when the spec says ``cl=1`` (an optional parameter of the
+    kinds in :data:`CHANNELS_LAST_KINDS`: the same shapes timed on the layout a model leaves behind when
+    it turns tokens back into an image)."""
+    x = torch.randn(*shape)
+    return x.contiguous(memory_format=torch.channels_last) if p.get("cl") and len(shape) == 4 else x
+
+
 # kind → (builder of (module, inputs) from the spec's integer parameters, grid to sample from)
 _Builder = Callable[[dict[str, int]], tuple[nn.Module, tuple[Any, ...]]]
 _BUILDERS: dict[str, _Builder] = {
     "linear": lambda p: (nn.Linear(p["k"], p["n"]), (_randn(p["m"], p["k"]),)),
     "conv2d": lambda p: (nn.Conv2d(p["cin"], p["cout"], p["k"], stride=p["s"], padding=p["k"] // 2),
-                         (_randn(p["b"], p["cin"], p["hw"], p["hw"]),)),
+                         (_map(p, p["b"], p["cin"], p["hw"], p["hw"]),)),
     "bmm": lambda p: (_BatchedMatmul(), (_randn(p["b"], p["m"], p["k"]), _randn(p["b"], p["k"], p["n"]))),
     "attention": lambda p: (_Attention(bool(p["causal"])),
                             tuple(_randn(p["b"], p["h"], p["t"], p["d"]) for _ in range(3))),
     "layernorm": lambda p: (nn.LayerNorm(p["c"]), (_randn(p["m"], p["c"]),)),
-    "batchnorm": lambda p: (nn.BatchNorm2d(p["c"]).eval(), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    "batchnorm": lambda p: (nn.BatchNorm2d(p["c"]).eval(), (_map(p, p["b"], p["c"], p["hw"], p["hw"]),)),
     "relu": lambda p: (nn.ReLU(), (_randn(p["m"], p["c"]),)),
     "gelu": lambda p: (nn.GELU(), (_randn(p["m"], p["c"]),)),
-    "maxpool": lambda p: (nn.MaxPool2d(p["k"], stride=p["k"]), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
-    "avgpool": lambda p: (nn.AdaptiveAvgPool2d(1), (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+    "maxpool": lambda p: (nn.MaxPool2d(p["k"], stride=p["k"]), (_map(p, p["b"], p["c"], p["hw"], p["hw"]),)),
+    "avgpool": lambda p: (nn.AdaptiveAvgPool2d(1), (_map(p, p["b"], p["c"], p["hw"], p["hw"]),)),
     "embedding": lambda p: (nn.Embedding(p["v"], p["c"]),
                             (torch.randint(0, p["v"], (p["b"], p["t"])),)),
     # 1-D convolutions come last, so that adding them left the seeded shapes of the kinds above as they
@@ -78,13 +87,13 @@ _BUILDERS: dict[str, _Builder] = {
     # (with or without align_corners) or bicubic; a gather of 1–16 pixels per output, no FLOPs counted.
     "resize": lambda p: (nn.Upsample(size=(p["o"], p["o"]), mode=RESIZE_MODES[p["mode"]][0],
                                      align_corners=RESIZE_MODES[p["mode"]][1]),
-                         (_randn(p["b"], p["c"], p["hw"], p["hw"]),)),
+                         (_map(p, p["b"], p["c"], p["hw"], p["hw"]),)),
     # Activations beyond the 2-D ReLU and GELU above, last for the same reason: ReLU6 (``aten.hardtanh``:
     # MobileNets), SiLU (gated MLPs, EfficientNets), Hardswish, sigmoid (squeeze-excitation gates), tanh,
     # and ReLU and GELU again, on the maps real models apply them to: a CNN's b×c×hw×hw (rank 4) or a
     # transformer's b×tokens×c (rank 3). Without them an operator no sweep timed was priced by whatever
     # kinds a retrain put beside it (MobileNetV2's 35 ReLU6 layers moved 2.7 → 3.7 ms in one retrain).
-    "activation": lambda p: (ACTIVATIONS[p["op"]][1](), (_randn(*activation_shape(p)),)),
+    "activation": lambda p: (ACTIVATIONS[p["op"]][1](), (_map(p, *activation_shape(p)),)),
 }
 # activation's ``op``: a name for it and the module that applies it
 ACTIVATIONS: tuple[tuple[str, Callable[[], nn.Module]], ...] = (
@@ -94,6 +103,23 @@ ACTIVATIONS: tuple[tuple[str, Callable[[], nn.Module]], ...] = (
 RESIZE_MODES: tuple[tuple[str, bool | None], ...] = (("nearest", None), ("bilinear", False), ("bilinear", True),
                                                      ("bicubic", False))
 KINDS = tuple(_BUILDERS)
+# Kinds whose input is a 4-D map (an activation's when its rank is 4), which ``cl=1`` lays out channels-last.
+CHANNELS_LAST_KINDS = ("conv2d", "batchnorm", "maxpool", "avgpool", "resize", "activation")
+
+
+def channels_last_twin(spec: LayerSpec) -> LayerSpec | None:
+    """The same shape with its input laid out channels-last (``cl=1``), or ``None`` for a spec whose
+    input is not a 4-D map.
+
+    >>> channels_last_twin(parse_spec("maxpool:b=2,c=64,hw=28,k=2")).key
+    'maxpool:b=2,c=64,hw=28,k=2,cl=1'
+    >>> channels_last_twin(parse_spec("linear:m=4,k=8,n=16")) is None
+    True
+    """
+    p = dict(spec.params)
+    if spec.kind not in CHANNELS_LAST_KINDS or p.get("rank", 4) != 4:
+        return None
+    return LayerSpec(spec.kind, {**p, "cl": 1})
 
 # Both directions over one grid: b×c×h×w images (w = 1: a token sequence), kh×kw kernels, stride s.
 _UNFOLD_GRID = {"b": [1, 2, 4, 8], "c": [3, 16, 32, 64, 128, 256, 512, 768], "h": [8, 16, 32, 64, 128, 224],
@@ -153,6 +179,11 @@ class LayerSpec:
         missing = set(_GRIDS[kind]) - {k for k, _ in items}
         if missing:
             raise ValueError(f"layer {kind!r} needs {', '.join(sorted(missing))}")
+        allowed = set(_GRIDS[kind]) | ({"cl"} if kind in CHANNELS_LAST_KINDS else set())
+        unknown = {k for k, _ in items} - allowed
+        if unknown:
+            raise ValueError(f"layer {kind!r} has no parameter {', '.join(sorted(unknown))}: it takes "
+                             f"{', '.join(sorted(allowed))}")
         object.__setattr__(self, "kind", kind)
         object.__setattr__(self, "params", items)
 

@@ -52,6 +52,7 @@ from pipeplan.costmodel.estimators import (
     feature_names,
     fit_estimators,
     held_out_split,
+    numeric_of,
     operators,
     predict_log_time,
     vocabulary_of,
@@ -155,7 +156,7 @@ class LearnedCostModel(CostModel):
 
     def importances(self) -> dict[str, float]:
         """The explaining tree's feature importances, summed per factor (one-hot columns together)."""
-        names = feature_names(self.vocabulary)
+        names = feature_names(self.vocabulary, self.fitted.numeric)
         out: dict[str, float] = {}
         for name, value in zip(names, self.fitted.estimators["tree"].feature_importances_, strict=True):
             factor = name.split("=", 1)[0]
@@ -167,7 +168,7 @@ class LearnedCostModel(CostModel):
         """Predicted seconds for dataset-style rows."""
         if estimator not in self.fitted.estimators:
             raise ValueError(f"no estimator {estimator!r}: choose from {', '.join(self.fitted.estimators)}")
-        x = encode(rows, self.vocabulary)
+        x = encode(rows, self.vocabulary, self.fitted.numeric)
         return np.power(10.0, predict_log_time(self.fitted, estimator, x, operators(rows)))
 
     def _row(self, layer: Layer, device_type: str, figures: dict[str, float], load: Contention) -> dict[str, Any]:
@@ -227,7 +228,7 @@ class LearnedCostModel(CostModel):
         import sklearn
         import skops.io as sio
 
-        meta = {"format": FORMAT, "version": VERSION, "features": feature_names(self.vocabulary),
+        meta = {"format": FORMAT, "version": VERSION, "features": feature_names(self.vocabulary, self.fitted.numeric),
                 "vocabulary": self.vocabulary, "reference_devices": self.reference_devices,
                 "sklearn_version": sklearn.__version__, **self.meta}
         with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_DEFLATED) as zf:
@@ -254,21 +255,24 @@ class LearnedCostModel(CostModel):
         except (OSError, KeyError, zipfile.BadZipFile, json.JSONDecodeError) as exc:
             raise ModelFileError(f"{path}: not a pipeplan cost-model file ({exc})") from None
         vocabulary = meta.get("vocabulary") or {}
-        if set(vocabulary) != set(CATEGORICAL) or meta.get("features") != feature_names(vocabulary):
+        # a file trained before some numeric features were added predicts with those it has
+        numeric = numeric_of(meta.get("features") or [])
+        if (set(vocabulary) != set(CATEGORICAL) or numeric is None
+                or meta.get("features") != feature_names(vocabulary, numeric)):
             raise ModelFileError(f"{path}: trained on features {meta.get('features')}, but this pipeplan "
                                  f"computes {feature_names(vocabulary) if vocabulary else list(NUMERIC)}: retrain it")
         estimators = _skops_loads(path, "estimators.skops", blob)
-        in_model = _load_in_model(path, in_model_blob) if in_model_blob is not None else None
+        in_model = _load_in_model(path, in_model_blob, numeric) if in_model_blob is not None else None
         if not isinstance(estimators, dict) or set(estimators) != set(_ESTIMATORS):
             raise ModelFileError(f"{path}: expected estimators {list(_ESTIMATORS)}")
         try:
-            smooth = gps_from_npz(smooth_blob, len(NUMERIC))
+            smooth = gps_from_npz(smooth_blob, len(numeric))
         except ValueError as exc:  # not an npz, a missing or malformed array, or pickled objects
             raise ModelFileError(f"{path}: corrupt smooth.npz ({exc})") from None
         known = {"format", "version", "features", "vocabulary", "reference_devices", "sklearn_version"}
         rest = {k: v for k, v in meta.items() if k not in known}
         rest["sklearn_version"] = meta.get("sklearn_version")
-        return cls(Fitted(estimators, smooth), vocabulary, meta["reference_devices"], rest, in_model=in_model)
+        return cls(Fitted(estimators, smooth, numeric), vocabulary, meta["reference_devices"], rest, in_model=in_model)
 
 
 def _skops_loads(path: str | Path, member: str, blob: bytes) -> Any:
@@ -285,12 +289,12 @@ def _skops_loads(path: str | Path, member: str, blob: bytes) -> Any:
     return sio.loads(blob, trusted=sorted(untrusted))
 
 
-def _load_in_model(path: str | Path, blob: bytes) -> InModelCorrection:
-    """The in-model correction of a model file."""
+def _load_in_model(path: str | Path, blob: bytes, numeric: tuple[str, ...]) -> InModelCorrection:
+    """The in-model correction of a model file, fitted on the same ``numeric`` features as its sweep model."""
     state = _skops_loads(path, "in_model.skops", blob)
     if not isinstance(state, dict) or set(state) != {"estimator", "vocabulary"}:
         raise ModelFileError(f"{path}: in_model.skops holds no in-model correction")
-    return InModelCorrection(state["estimator"], state["vocabulary"])
+    return InModelCorrection(state["estimator"], state["vocabulary"], numeric)
 
 
 def _json_default(value: Any) -> Any:

@@ -140,7 +140,7 @@ def targets_from_specs(specs: Sequence[LayerSpec], gpu: int | None = None, dtype
             bytes_read=sum(la.bytes_read for la in layers), bytes_written=sum(la.bytes_written for la in layers),
             param_bytes=sum(la.param_bytes for la in layers), activation_bytes=main.activation_bytes,
             kernels=sum(la.kernels for la in layers), input_shapes=main.input_shapes,
-            ops=[op for la in layers for op in la.ops])
+            ops=[op for la in layers for op in la.ops], channels_last=main.channels_last)
         module, args = module.to(device, torch_dtype(dtype)), _on(device, inputs, dtype)
         config = spec.key if dtype == "fp32" else f"{spec.key}@{dtype}"
         targets.append(Target(config, "sweep", layer, functools.partial(module, *args), dtype))

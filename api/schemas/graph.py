@@ -44,6 +44,7 @@ class LayerDoc(BaseModel):
     output_shapes: list[list[int]] = Field(default_factory=list)
     output_dtypes: list[str] = Field(default_factory=list)
     ops: list[str] = Field(default_factory=list)
+    channels_last: bool = Field(False, description="the first input is a 4-D map in channels-last strides")
     intensity: float | None = Field(None, description="derived; recomputed on load")
 
 

@@ -102,7 +102,7 @@ def assemble_graph(name: str, granularity: str, owners: Owners, grouping: Groupi
             kernels=sum(1 for n in nodes if not stats[n.name].is_view),
             input_shapes=[_shape(a) for a in inputs], input_dtypes=[_dtype(a) for a in inputs],
             output_shapes=[_shape(n) for n in outputs], output_dtypes=[_dtype(n) for n in outputs],
-            ops=op_names,
+            ops=op_names, channels_last=_works_on_channels_last(nodes, stats),
         )
 
     # A topological order that follows the trace where the DAG leaves a choice.
@@ -157,6 +157,18 @@ def _shape(n: torch.fx.Node) -> list[int]:
     if isinstance(val, torch.Tensor):
         return [int(d) for d in val.shape]
     return []
+
+
+def _works_on_channels_last(nodes: list[torch.fx.Node], stats: dict[str, Any]) -> bool:
+    """Whether the layer's first operator that does work (not a view) reads a 4-D map laid out
+    channels-last and not also contiguous (one channel, or 1×1 maps, are both: nothing tells the layouts
+    apart there). That operator's input, not the layer's: glue that turns tokens into a map by a permute
+    and a reshape joins the convolution after it, and only the convolution's input is the map."""
+    first = next((n for n in nodes if not stats[n.name].is_view), None)
+    arg = first.args[0] if first is not None and first.args else None
+    val = arg.meta.get("val") if isinstance(arg, torch.fx.Node) else None
+    return (isinstance(val, torch.Tensor) and val.dim() == 4 and not val.is_contiguous()
+            and val.is_contiguous(memory_format=torch.channels_last))
 
 
 def _dtype(n: torch.fx.Node) -> str:
