@@ -5,7 +5,8 @@ a real forward pass the same layer runs after others that evicted them, and the 
 operators (views, adds, masks, rotary arithmetic) that no sweep times. So the shipped learned model
 is also fitted on layers timed *inside* real passes (:mod:`pipeplan.executor.profile_model`) of the
 architectures below: small configurations of ``transformers`` models and of the zoo, at several
-widths, sequence lengths, image sizes and batch sizes, random weights, nothing downloaded.
+widths, sequence lengths, image sizes and batch sizes (and audio lengths: HuBERT, since 2026-11-25 the
+one family with 1-D convolutions), random weights, nothing downloaded.
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
@@ -79,6 +80,16 @@ def phi(batch_size: int = 2, seq_len: int = 64, width: int = 128) -> Built:
     config = PhiConfig(vocab_size=1000, hidden_size=width, intermediate_size=4 * width, num_hidden_layers=3,
                        num_attention_heads=max(2, width // 32), max_position_embeddings=512, use_cache=False)
     return PhiForCausalLM(config), (_ids(batch_size, seq_len),)
+
+
+def hubert(batch_size: int = 2, samples: int = 8000, width: int = 64) -> Built:
+    """HuBERT: seven strided 1-D convolutions over raw audio (group norm, GELU), a grouped, weight-normed
+    positional 1-D convolution, then 2 transformer layers."""
+    from transformers import HubertConfig, HubertModel
+
+    config = HubertConfig(hidden_size=width, num_hidden_layers=2, num_attention_heads=2, intermediate_size=2 * width,
+                          conv_dim=(width,) * 7, num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4)
+    return HubertModel(config), (torch.randn(batch_size, samples),)
 
 
 def roberta(batch_size: int = 2, seq_len: int = 64, width: int = 128) -> Built:
@@ -236,11 +247,17 @@ _TEXT = ({"batch_size": 1, "seq_len": 128, "width": 128}, {"batch_size": 2, "seq
 _IMAGE = ({"batch_size": 1, "image_size": 64, "width": 32}, {"batch_size": 2, "image_size": 128, "width": 16},
           {"batch_size": 4, "image_size": 96, "width": 48}, {"batch_size": 2, "image_size": 32, "width": 16})
 _VISION_TRANSFORMERS = tuple({**s, "width": 64 * (i + 1)} for i, s in enumerate(_IMAGE))
+# Raw audio: 0.125-1 s at 16 kHz, so the convolutional stem's 1-D maps run 50-3,200 steps wide.
+_AUDIO = ({"batch_size": 1, "samples": 16000, "width": 64}, {"batch_size": 2, "samples": 8000, "width": 128},
+          {"batch_size": 4, "samples": 4000, "width": 32}, {"batch_size": 2, "samples": 2000, "width": 64})
 ENTRIES: list[Entry] = [
     *(e for f in (opt, llama, bloom, phi, gptj, roberta, albert, electra, mpnet) for e in _grid(f, *_TEXT)),
     *(e for f in (deit, beit) for e in _grid(f, *_VISION_TRANSFORMERS)),
     *(e for f in (resnet, regnet, efficientnet, convnextv2, poolformer, mobilevit, segformer)
       for e in _grid(f, *_IMAGE)),
+    # added 2026-11-25: until then no entry had a 1-D convolution, and the correction extrapolated to
+    # them (SqueezeBERT's, SEW's, HiFi-GAN's) from 2-D ones
+    *_grid(hubert, *_AUDIO),
 ]
 
 
