@@ -60,8 +60,10 @@ class InModelCorrection:
     numeric: tuple[str, ...] = NUMERIC  # as its model's sweep estimators (fewer in a file from before some)
 
     @classmethod
-    def fit(cls, rows: Sequence[dict[str, Any]], sweep_log: np.ndarray, seed: int = 0) -> InModelCorrection:
-        """Fit on in-model ``rows`` given the sweep model's log10 predictions of them."""
+    def fit(cls, rows: Sequence[dict[str, Any]], sweep_log: np.ndarray, seed: int = 0,
+            numeric: Sequence[str] = NUMERIC) -> InModelCorrection:
+        """Fit on in-model ``rows`` given the sweep model's log10 predictions of them, on the ``numeric``
+        features its sweep model reads (a model file from before some were added reads fewer)."""
         from sklearn.ensemble import HistGradientBoostingRegressor
 
         if len(rows) != len(sweep_log):
@@ -69,10 +71,10 @@ class InModelCorrection:
         if not rows:
             raise ValueError("no in-model rows to fit the correction on")
         vocabulary = vocabulary_of(rows)
-        x = _inputs(rows, vocabulary, sweep_log, NUMERIC)
+        x = _inputs(rows, vocabulary, sweep_log, numeric)
         residual = np.log10([float(r["time_s"]) for r in rows]) - sweep_log
         estimator = HistGradientBoostingRegressor(**_TREES, random_state=seed).fit(x, np.clip(residual, *BOUNDS))
-        return cls(estimator, vocabulary)
+        return cls(estimator, vocabulary, tuple(numeric))
 
     def log_factor(self, rows: Sequence[dict[str, Any]], sweep_log: np.ndarray) -> np.ndarray:
         """log10 of the factor to multiply each row's sweep prediction by."""
@@ -106,7 +108,8 @@ def whole_model_errors(rows: Sequence[dict[str, Any]], predicted: np.ndarray) ->
 
 
 def family_cross_validation(rows: Sequence[dict[str, Any]], sweep_log: np.ndarray, seed: int = 0,
-                            progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+                            progress: Callable[[str], None] | None = None,
+                            numeric: Sequence[str] = NUMERIC) -> dict[str, Any]:
     """Whole-model errors with each family held out: the sweep alone and corrected, and summaries."""
     families = sorted({family(r) for r in rows})
     if len(families) < 2:
@@ -117,7 +120,8 @@ def family_cross_validation(rows: Sequence[dict[str, Any]], sweep_log: np.ndarra
         if progress:
             progress(f"in-model correction: holding out {name}")
         test = labels == name
-        fitted = InModelCorrection.fit([r for r, t in zip(rows, test, strict=True) if not t], sweep_log[~test], seed)
+        fitted = InModelCorrection.fit([r for r, t in zip(rows, test, strict=True) if not t], sweep_log[~test], seed,
+                                       numeric)
         test_rows = [r for r, t in zip(rows, test, strict=True) if t]
         corrected[test] = sweep_log[test] + fitted.log_factor(test_rows, sweep_log[test])
     before = whole_model_errors(rows, np.power(10.0, sweep_log))

@@ -148,10 +148,10 @@ class LearnedCostModel(CostModel):
         sweep_log = np.log10(self.predict_rows(rows))
         summary: dict[str, Any] = {"rows": len(rows), "models": len({r["source"] for r in rows})}
         if evaluate:
-            summary.update(family_cross_validation(rows, sweep_log, seed, progress))
+            summary.update(family_cross_validation(rows, sweep_log, seed, progress, self.fitted.numeric))
         if progress:
             progress(f"fitting the in-model correction on all {len(rows)} in-model rows")
-        self.in_model = InModelCorrection.fit(rows, sweep_log, seed)
+        self.in_model = InModelCorrection.fit(rows, sweep_log, seed, self.fitted.numeric)
         self.meta["in_model"] = summary
 
     def importances(self) -> dict[str, float]:

@@ -153,6 +153,20 @@ def test_model_files_from_before_the_feature_load_and_predict_with_what_they_hav
             assert model.layer_times(flat, _device(model), check_cpu=False) == times
 
 
+def test_a_model_file_from_before_the_feature_refits_its_correction_on_its_own_features(tmp_path) -> None:
+    (xeon,) = [s for s in SHIPPED if s.name == "xeon"]
+    model = load_cost_model("learned-xeon")
+    assert isinstance(model, LearnedCostModel) and "channels_last" not in model.fitted.numeric
+    rows = read_dataset(xeon.dataset.parent / "inmodel-cpu-xeon.csv")[:400]
+    model.fit_in_model(rows, evaluate=False)
+    assert model.in_model is not None and model.in_model.numeric == model.fitted.numeric
+    graph = capture(TokensToMap().eval(), (torch.randn(2, 64, 16),))
+    before = model.layer_times(graph.layers, _device(model), check_cpu=False)
+    model.save(tmp_path / "refit.zip")
+    again = LearnedCostModel.load(tmp_path / "refit.zip")
+    assert again.layer_times(graph.layers, _device(model), check_cpu=False) == before
+
+
 def _device(model: LearnedCostModel):  # the model's own profiled device, so it predicts from its estimators
     from pipeplan.costmodel.hardware import Device
 
