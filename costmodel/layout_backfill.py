@@ -38,18 +38,13 @@ def layouts_of_model(name: str) -> dict[str, bool]:
 @functools.cache
 def layouts_of_tuning_entry(name: str) -> dict[str, bool]:
     """Tuning-set entry ``name``'s layers (``NAME/layer`` configs) → channels-last or not."""
-    import torch
-
-    from pipeplan.costmodel.capture import capture_program
     from pipeplan.costmodel.tuning_set import ENTRIES
 
     entry = next((e for e in ENTRIES if e.name == name), None)
     if entry is None:
         raise ValueError(f"in-model:{name} is not an entry of the tuning set (pipeplan.costmodel.tuning_set)")
-    torch.manual_seed(0)
-    model, args = entry.factory(**entry.options)
-    captured = capture_program(model.eval(), args, name=entry.name)
-    return {f"{name}/{la.name}": la.channels_last for la in captured.graph.layers}
+    _, _, captured = entry.built()
+    return {entry.config(la.name): la.channels_last for la in captured.graph.layers}
 
 
 def _channels_last(config: str, source: str) -> bool | None:
@@ -59,7 +54,9 @@ def _channels_last(config: str, source: str) -> bool | None:
     elif source.startswith("model:"):
         found = layouts_of_model(source.removeprefix("model:"))
     else:  # a sweep shape, built by its key
-        return ",cl=1" in config or ":cl=1" in config
+        from pipeplan.costmodel.layerspecs import parse_spec
+
+        return dict(parse_spec(config).params).get("cl") == 1
     return found.get(config)
 
 

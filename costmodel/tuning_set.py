@@ -234,6 +234,20 @@ class Entry:
     def name(self) -> str:
         return "-".join([self.factory.__name__, *(f"{k[0]}{v}" for k, v in self.options.items())])
 
+    def config(self, layer: str) -> str:
+        """The ``config`` of this entry's row for ``layer`` (its source is ``in-model:`` and :attr:`name`)."""
+        return f"{self.name}/{layer}"
+
+    def built(self) -> tuple[nn.Module, tuple[Any, ...], Any]:
+        """The model in eval mode (seeded: the same weights every time), its inputs, and its capture: the
+        same graph, layer names included, as the profile that measured its rows."""
+        from pipeplan.costmodel.capture import capture_program
+
+        torch.manual_seed(0)
+        model, args = self.factory(**self.options)
+        model.eval()
+        return model, args, capture_program(model, args, name=self.name)
+
 
 def _grid(factory: Callable[..., Built], *sizes: dict[str, int]) -> list[Entry]:
     return [Entry(factory, s) for s in sizes]
@@ -264,16 +278,12 @@ ENTRIES: list[Entry] = [
 def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]]:
     """Dataset rows (:data:`pipeplan.costmodel.dataset.COLUMNS`) of every layer of ``entry`` timed idle inside
     real forward passes on core 0, one thread, with the device's measured figures."""
-    from pipeplan.costmodel.capture import capture_program
     from pipeplan.costmodel.dataset import contention_features, layer_features
     from pipeplan.costmodel.hardware import Contention, cpu_model
     from pipeplan.executor.profile_model import ModelProfileSettings, profile_built
 
     device = _core0()
-    torch.manual_seed(0)
-    model, args = entry.factory(**entry.options)
-    model.eval()
-    captured = capture_program(model, args, name=entry.name)
+    model, args, captured = entry.built()
     table = profile_built(model, args, name=entry.name, settings=ModelProfileSettings(seconds_per_level=seconds),
                           captured=captured)
     by_name = {la.name: la for la in captured.graph.layers}
@@ -282,7 +292,7 @@ def in_model_rows(entry: Entry, seconds: float = 1.0) -> Iterator[dict[str, Any]
     for layer, seconds_taken, raw in zip(table.layers, idle.layer_s, idle.raw_s or idle.layer_s, strict=True):
         graph_layer = by_name[layer.name]
         yield {
-            "config": f"{entry.name}/{layer.name}", "source": f"in-model:{entry.name}", **layer_features(graph_layer),
+            "config": entry.config(layer.name), "source": f"in-model:{entry.name}", **layer_features(graph_layer),
             "device_type": "cpu-core", "device_name": cpu_model(), "peak_flops": device.peak_flops,
             "mem_bandwidth": device.mem_bandwidth, "threads": 1, "cores": "0",
             **contention_features(Contention()), "time_s": max(seconds_taken, 1e-7), "time_min_s": seconds_taken,
