@@ -13,7 +13,8 @@ unfolds, the seventh (``SEVENTH``) before it timed resizing and transposed convo
 (``EIGHTH``) before the Zen 4's profile had 1-D convolution and unfold rows, the ninth (``NINTH``)
 before resizes became layers of their own, the tenth (``TENTH``) before the sweep timed activations
 on 3-D and 4-D maps, the eleventh (``ELEVENTH``) before layers recorded their input's memory layout,
-the twelfth (``TWELFTH``) before the tuning set held a model with 1-D convolutions. All are small
+the twelfth (``TWELFTH``) before the tuning set held a model with 1-D convolutions, the thirteenth
+(``THIRTEENTH``) before the sweep timed chains of pointwise operators. All are small
 ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the tuning
 set ``costmodel/tuning_set.py`` or ``model_profile.py``. Each factory is a valid MODEL
 (``benchmarks/heldout_models.py:qwen2``).
@@ -500,3 +501,51 @@ def moonshine_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWELFTH = ("dac_encoder", "speech2text_encoder", "moonshine_encoder")
+
+
+# Thirteenth: models whose glue is chains of pointwise operators (Snake-like gates, written-out norms,
+# state-space discretisation), written before the sweep timed such chains.
+
+def mamba2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer Mamba2 language model (chunked state-space scan on the reference path: softplus, exp,
+    cumulative sums; a gated RMSNorm), 32 tokens."""
+    from transformers import Mamba2Config, Mamba2ForCausalLM
+
+    config = Mamba2Config(vocab_size=2000, hidden_size=128, state_size=16, num_hidden_layers=2, expand=2,
+                          num_heads=8, head_dim=32, n_groups=1, conv_kernel=4, chunk_size=16, use_cache=False)
+    return Mamba2ForCausalLM(config), (torch.randint(0, 2000, (batch_size, 32)),)
+
+
+def patchtst(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A PatchTST forecaster (per-series scaling, patches of 16 steps, 2 transformer layers with batch
+    norm), 7 series of 512 steps."""
+    from transformers import PatchTSTConfig, PatchTSTForPrediction
+
+    config = PatchTSTConfig(num_input_channels=7, context_length=512, patch_length=16, patch_stride=8,
+                            d_model=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=128,
+                            prediction_length=96)
+    return PatchTSTForPrediction(config), (torch.randn(batch_size, 512, 7),)
+
+
+def nemotron(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Nemotron decoder (squared-ReLU MLP, LayerNorm1P, partial rotary), 64 tokens."""
+    from transformers import NemotronConfig, NemotronForCausalLM
+
+    config = NemotronConfig(vocab_size=2000, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
+                            use_cache=False)
+    return NemotronForCausalLM(config), (torch.randint(0, 2000, (batch_size, SEQ)),)
+
+
+def univnet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A UnivNet vocoder (location-variable convolutions whose kernels a predictor makes from the mel
+    frames, gated tanh·sigmoid, leaky ReLU), 32 mel frames."""
+    from transformers import UnivNetConfig, UnivNetModel
+
+    config = UnivNetConfig(num_mel_bins=32, resblock_stride_sizes=[8, 8], resblock_kernel_sizes=[3, 3],
+                           resblock_dilation_sizes=[[1, 3, 9], [1, 3, 9]])
+    noise = torch.randn(batch_size, 24, config.model_in_channels)
+    return UnivNetModel(config), (torch.randn(batch_size, 24, 32), noise)
+
+
+THIRTEENTH = ("mamba2", "patchtst", "nemotron", "univnet")
