@@ -27,6 +27,7 @@ from pipeplan.costmodel.layerspecs import (
     unfold_ok,
     unfold_patch_elements,
 )
+from pipeplan.costmodel.pointwise_chains import CHAINS
 
 __all__ = ["GPU_GRIDS", "gpu_sweep"]
 
@@ -59,6 +60,7 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
                "o": [56, 112, 224, 384, 512, 1024], "mode": [0, 1, 1, 2, 3]},
     "activation": {"b": [1, 8, 32, 64], "c": [64, 256, 768, 1024, 2048, 4096], "hw": [7, 14, 28, 56, 112],
                    "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
+    "pointwise": {"b": [1, 8, 32, 64], "c": _HIDDEN, "t": _TOKENS, "chain": list(range(len(CHAINS)))},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -79,6 +81,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         "bmm": p.get("b", 0) * p.get("m", 0) * max(p.get("k", 0), p.get("n", 0)),
         "conv1d": p.get("b", 0) * p.get("cin", 0) * p.get("l", 0),
         "dwconv1d": p.get("b", 0) * p.get("c", 0) * p.get("l", 0),
+        "pointwise": p.get("b", 0) * p.get("c", 0) * p.get("t", 0),
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes

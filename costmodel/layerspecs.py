@@ -20,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeplan.costmodel.graph import Layer
+from pipeplan.costmodel.pointwise_chains import CHAINS, build_chain
 
 __all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "default_sweep",
            "model_layers", "parse_spec"]
@@ -94,6 +95,9 @@ _BUILDERS: dict[str, _Builder] = {
     # transformer's b×tokens×c (rank 3). Without them an operator no sweep timed was priced by whatever
     # kinds a retrain put beside it (MobileNetV2's 35 ReLU6 layers moved 2.7 → 3.7 ms in one retrain).
     "activation": lambda p: (ACTIVATIONS[p["op"]][1](), (_map(p, *activation_shape(p)),)),
+    # Chains of pointwise operators as models write them (Snake, an RMSNorm written out, rotary positions, a
+    # residual add, …: :mod:`pipeplan.costmodel.pointwise_chains`), last for the same reason.
+    "pointwise": build_chain,
 }
 # activation's ``op``: a name for it and the module that applies it
 ACTIVATIONS: tuple[tuple[str, Callable[[], nn.Module]], ...] = (
@@ -154,6 +158,9 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
     # (rank 4) twice as often as token sequences
     "activation": {"b": [1, 2, 4, 8], "c": [16, 24, 32, 64, 96, 128, 192, 256, 384, 512, 768, 1024],
                    "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 112], "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
+    # b×t×c tokens (b×c×t for the channel-first chains), each chain of pointwise_chains.CHAINS alike
+    "pointwise": {"b": [1, 2, 4, 8], "c": [16, 32, 64, 128, 256, 384, 512, 768, 1024, 2048],
+                  "t": [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], "chain": list(range(len(CHAINS)))},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
