@@ -20,7 +20,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, model_valida
 from pipeplan.costmodel.units import parse_bytes, parse_flops, parse_rate, parse_seconds
 
 __all__ = ["ByteRate", "Bytes", "Contention", "ContentionKind", "Device", "FlopRate", "Link", "Seconds", "cpu_model",
-           "cpu_name", "same_cpu"]
+           "cpu_name", "design", "same_cpu"]
 
 # "tenant": another DNN inference process that launches its work back to back (it never waits
 # for its own kernels), unlike the synthetic co-runners, which synchronise after every operation.
@@ -245,12 +245,19 @@ def same_cpu(profiled: str) -> bool:
     True
     """
     profiled = NAME_ONLY_DESIGNS.get(profiled, profiled)
-    return _design(profiled) == _design(cpu_model()) or profiled == cpu_name()
+    return design(profiled) == design(cpu_model()) or profiled == cpu_name()
 
 
-def _design(model: str) -> str:
-    """A :func:`cpu_model` string without its stepping."""
-    return re.sub(r", stepping [^,)]*\)$", ")", model)
+def design(name: str) -> str:
+    """The CPU design a ``device_name`` stands for: a :func:`cpu_model` string without its stepping, or,
+    for a name recorded alone, the design known behind it (:data:`NAME_ONLY_DESIGNS`; else the name).
+
+    >>> design("AMD EPYC (cpu family 25, model 17, stepping 1)")
+    'AMD EPYC (cpu family 25, model 17)'
+    >>> design("Intel(R) Xeon(R) Processor")
+    'Intel(R) Xeon(R) Processor (cpu family 6, model 167)'
+    """
+    return re.sub(r", stepping [^,)]*\)$", ")", NAME_ONLY_DESIGNS.get(name, name))
 
 
 def cpu_file(env: str, folder: str, cpu: str | None = None) -> Path:
