@@ -244,8 +244,7 @@ def same_cpu(profiled: str) -> bool:
     >>> same_cpu(cpu_model()) and not same_cpu("Some Other CPU 9000")
     True
     """
-    profiled = NAME_ONLY_DESIGNS.get(profiled, profiled)
-    return design(profiled) == design(cpu_model()) or profiled == cpu_name()
+    return design(profiled) == design(cpu_model()) or (profiled not in NAME_ONLY_DESIGNS and profiled == cpu_name())
 
 
 def design(name: str) -> str:
