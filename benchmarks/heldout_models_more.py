@@ -9,6 +9,12 @@ MobileViT segmenter's ASPP head convolves with dilations 6, 12 and 18, which no 
 are small ``transformers`` configs with random weights, none in the zoo, ``tests/tiny_models.py``, the
 tuning set ``costmodel/tuning_set.py``, ``model_profile.py`` or ``heldout_models.py``. Each factory is a
 valid MODEL (``benchmarks/heldout_models_more.py:bit``).
+
+The fifteenth (``FIFTEENTH``) was written on 2026-11-28 at 08:10 UTC, on the Zen 4 EPYC (cpu family 25,
+model 17), before that CPU's model was trained on activations, pointwise chains, channels-last maps and
+HuBERT: a VideoMAE (3-D convolution tubelets, which no sweep times), a CLIP vision tower (quick GELU, a
+sigmoid chain), TextNet (asymmetric 3×1 and 1×3 kernels), Gemma 2 (tanh GELU and tanh logit
+soft-capping) and WavLM (gated relative position bias over a 1-D convolution stem).
 """
 
 from __future__ import annotations
@@ -61,3 +67,61 @@ def cohere(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 FOURTEENTH = ("mobilevit_deeplab", "bit", "timesformer", "cohere")
+
+
+def videomae(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer VideoMAE encoder: 8 frames of 32×32 cut into 2×8×8 tubelets by a 3-D convolution, then
+    joint space-time attention over 32 tokens."""
+    from transformers import VideoMAEConfig, VideoMAEModel
+
+    config = VideoMAEConfig(image_size=32, patch_size=8, num_frames=8, tubelet_size=2, hidden_size=96,
+                            num_hidden_layers=2, num_attention_heads=4, intermediate_size=256)
+    return VideoMAEModel(config), (torch.randn(batch_size, 8, 3, 32, 32),)
+
+
+def clip_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer CLIP vision tower (pre-LayerNorm, quick GELU ``x·sigmoid(1.702x)``, class token), 64×64
+    images in 8×8 patches."""
+    from transformers import CLIPVisionConfig, CLIPVisionModel
+
+    config = CLIPVisionConfig(image_size=64, patch_size=8, hidden_size=128, intermediate_size=512,
+                              num_hidden_layers=4, num_attention_heads=4, hidden_act="quick_gelu")
+    return CLIPVisionModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def textnet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A TextNet backbone (re-parameterisable conv-BN-ReLU blocks with 3×3, 3×1 and 1×3 kernels), 96×96
+    images."""
+    from transformers import TextNetConfig, TextNetModel
+
+    config = TextNetConfig(stem_out_channels=32,
+                           conv_layer_kernel_sizes=[[[3, 3], [3, 3]], [[3, 3], [1, 3], [3, 1]],
+                                                    [[3, 3], [3, 1], [1, 3]], [[3, 3], [1, 3]]],
+                           conv_layer_strides=[[1, 2], [2, 1, 1], [2, 1, 1], [2, 1]],
+                           hidden_sizes=[32, 32, 64, 128, 256])
+    return TextNetModel(config), (torch.randn(batch_size, 3, 96, 96),)
+
+
+def gemma2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Gemma 2 decoder (sandwich RMSNorms, tanh-approximated GELU gate, attention and logit
+    soft-capping by tanh, alternating sliding-window layers), 64 tokens."""
+    from transformers import Gemma2Config, Gemma2ForCausalLM
+
+    config = Gemma2Config(vocab_size=2000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=32,
+                          max_position_embeddings=256, use_cache=False)
+    return Gemma2ForCausalLM(config), (torch.randint(0, 2000, (batch_size, 64)),)
+
+
+def wavlm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer WavLM encoder (strided 1-D convolution stem, grouped positional convolution, gated
+    relative position bias in attention), 0.5 s of 16 kHz audio."""
+    from transformers import WavLMConfig, WavLMModel
+
+    config = WavLMConfig(hidden_size=96, num_hidden_layers=2, num_attention_heads=4, intermediate_size=256,
+                         conv_dim=(64, 64, 64, 64, 64, 64, 64), num_conv_pos_embeddings=16,
+                         num_conv_pos_embedding_groups=4, num_buckets=64, max_bucket_distance=200)
+    return WavLMModel(config), (torch.randn(batch_size, 8000),)
+
+
+FIFTEENTH = ("videomae", "clip_vision", "textnet", "gemma2", "wavlm")
