@@ -24,7 +24,7 @@ from pipeplan.costmodel.kept_apart import APART_OPS
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",
     "contention_from_row",
-    "device_features", "layer_features", "main_op", "model_inputs", "read_dataset", "single_dtype", "write_rows",
+    "device_features", "layer_features", "main_op", "model_inputs", "op_base", "read_dataset", "single_dtype", "write_rows",
 ]
 
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
@@ -70,6 +70,7 @@ _SHAPE_OPS = frozenset(
     f"aten.{name}" for name in ("view", "reshape", "_unsafe_view", "transpose", "permute", "unsqueeze", "squeeze",
                                 "expand", "slice", "select", "split", "flatten", "t", "to", "detach", "alias",
                                 "contiguous", "clone", "unbind", "chunk"))
+_CONV_OPS = ("aten.conv", "aten._convolution")  # conv1d/2d/3d, convolution, conv_transpose1d/2d/3d
 
 
 def main_op(layer: Layer) -> str:
@@ -80,15 +81,35 @@ def main_op(layer: Layer) -> str:
     module of another kind it is a small part (BEiT's position-bias table, resized before a gather
     many times its size), and priced as the swept resizes it would be several times too dear.
 
+    A convolution layer is named by its convolution, whatever runs before it in the layer (a weight
+    standardisation, a "SAME" padding).
+
     >>> main_op(Layer("x", "linear", "Linear", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
     ...               activation_bytes=1, kernels=1, ops=["aten.view", "aten.addmm", "aten.view"]))
     'aten.addmm'
+    >>> main_op(Layer("x", "conv", "WeightStandardizedConv2d", 0, flops=1, bytes_read=1, bytes_written=1,
+    ...               param_bytes=0, activation_bytes=1, kernels=3, ops=["aten.batch_norm", "aten.pad", "aten.conv2d"]))
+    'aten.conv2d'
     """
+    if layer.kind == "conv":  # BiT's convolutions first standardise their weights (aten.batch_norm on them)
+        conv = next((op for op in layer.ops if op.startswith(_CONV_OPS)), None)
+        if conv is not None:
+            return conv
     apart = () if layer.kind in ("resize", "unfold") else APART_OPS
     for op in layer.ops:
         if op.startswith("aten.") and op not in _SHAPE_OPS and op not in apart:
             return op
     return layer.ops[0] if layer.ops else "none"
+
+
+def op_base(op: str) -> str:
+    """The operator a variant is of (``aten.gelu[tanh]`` → ``aten.gelu``; others unchanged): what a cost model
+    that never saw the variant prices it as.
+
+    >>> op_base("aten.gelu[tanh]"), op_base("aten.gelu")
+    ('aten.gelu', 'aten.gelu')
+    """
+    return op.split("[", 1)[0]
 
 
 def _log(x: float) -> float:

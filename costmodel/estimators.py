@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, model_inputs
+from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, model_inputs, op_base
 from pipeplan.costmodel.smooth import OperatorGP, fit_operator_gps
 
 __all__ = [
@@ -23,6 +23,7 @@ __all__ = [
     "feature_names",
     "fit_estimators",
     "held_out_split",
+    "known_ops",
     "numeric_of",
     "operators",
     "predict_log_time",
@@ -59,6 +60,20 @@ def encode(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]],
             if j is not None:
                 x[i, len(numeric) + j] = 1.0
     return x
+
+
+def known_ops(rows: Sequence[dict[str, Any]], vocabulary: dict[str, list[str]]) -> list[dict[str, Any]]:
+    """``rows``, those whose main operator is a variant ``vocabulary`` never saw (``aten.gelu[tanh]``) named
+    by its base operator when that one is known: priced as before variants were told apart, not as an
+    operator of no kind at all.
+
+    >>> [r["main_op"] for r in known_ops([{"main_op": "aten.gelu[tanh]"}, {"main_op": "aten.relu"}],
+    ...                                  {"main_op": ["aten.gelu", "aten.relu"]})]
+    ['aten.gelu', 'aten.relu']
+    """
+    known = set(vocabulary["main_op"])
+    return [r if r["main_op"] in known or op_base(str(r["main_op"])) not in known
+            else {**r, "main_op": op_base(str(r["main_op"]))} for r in rows]
 
 
 _BASE = NUMERIC.index("log_roofline_s")

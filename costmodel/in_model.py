@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from pipeplan.costmodel.dataset import NUMERIC
-from pipeplan.costmodel.estimators import encode, vocabulary_of
+from pipeplan.costmodel.estimators import encode, known_ops, vocabulary_of
 
 __all__ = ["BOUNDS", "InModelCorrection", "family", "family_cross_validation", "whole_model_errors",
            "whole_model_summary"]
@@ -80,7 +80,8 @@ class InModelCorrection:
         """log10 of the factor to multiply each row's sweep prediction by."""
         if not len(rows):
             return np.zeros(0)
-        return np.clip(self.estimator.predict(_inputs(rows, self.vocabulary, sweep_log, self.numeric)), *BOUNDS)
+        x = _inputs(known_ops(rows, self.vocabulary), self.vocabulary, sweep_log, self.numeric)
+        return np.clip(self.estimator.predict(x), *BOUNDS)
 
 
 # Numeric features the correction does not see. How a model lays out its tensors (OPT flattens its

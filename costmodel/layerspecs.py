@@ -99,10 +99,12 @@ _BUILDERS: dict[str, _Builder] = {
     # residual add, …: :mod:`pipeplan.costmodel.pointwise_chains`), last for the same reason.
     "pointwise": build_chain,
 }
-# activation's ``op``: a name for it and the module that applies it
+# activation's ``op``: a name for it and the module that applies it. The tanh-approximated GELU (op 7, the
+# GELU of GPT-BigCode, Gemma and Starcoder2; added 2026-11-28) is given by key only: putting it in the grid's
+# ``op`` list would change every seeded draw of the kind, and so the shapes CPUs profiled by name.
 ACTIVATIONS: tuple[tuple[str, Callable[[], nn.Module]], ...] = (
     ("relu6", nn.ReLU6), ("silu", nn.SiLU), ("hardswish", nn.Hardswish), ("sigmoid", nn.Sigmoid),
-    ("tanh", nn.Tanh), ("relu", nn.ReLU), ("gelu", nn.GELU))
+    ("tanh", nn.Tanh), ("relu", nn.ReLU), ("gelu", nn.GELU), ("gelu_tanh", lambda: nn.GELU(approximate="tanh")))
 # resize's ``mode``: F.interpolate's mode and align_corners (None for nearest)
 RESIZE_MODES: tuple[tuple[str, bool | None], ...] = (("nearest", None), ("bilinear", False), ("bilinear", True),
                                                      ("bicubic", False))

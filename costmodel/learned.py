@@ -52,6 +52,7 @@ from pipeplan.costmodel.estimators import (
     feature_names,
     fit_estimators,
     held_out_split,
+    known_ops,
     numeric_of,
     operators,
     predict_log_time,
@@ -168,6 +169,7 @@ class LearnedCostModel(CostModel):
         """Predicted seconds for dataset-style rows."""
         if estimator not in self.fitted.estimators:
             raise ValueError(f"no estimator {estimator!r}: choose from {', '.join(self.fitted.estimators)}")
+        rows = known_ops(rows, self.vocabulary)
         x = encode(rows, self.vocabulary, self.fitted.numeric)
         return np.power(10.0, predict_log_time(self.fitted, estimator, x, operators(rows)))
 

@@ -14,7 +14,7 @@ from typing import Any
 import networkx as nx
 import torch
 
-from pipeplan.costmodel.capture.features import OpStats, module_kind, op_kind, op_name, tensor_bytes
+from pipeplan.costmodel.capture.features import OpStats, module_kind, op_kind, op_label, op_name, tensor_bytes
 from pipeplan.costmodel.capture.grouping import Grouping
 from pipeplan.costmodel.capture.owners import Owners
 from pipeplan.costmodel.graph import Layer, ModelGraph, TensorInfo
@@ -85,7 +85,7 @@ def assemble_graph(name: str, granularity: str, owners: Owners, grouping: Groupi
                          if placeholder_kind.get(a.name) == "input" or (a.name in root_of and root_of[a.name] != gid))
         params = _unique(a for n in nodes for a in n.all_input_nodes if placeholder_kind.get(a.name) == "param")
         outputs = [n for n in nodes if (consumers[n.name] - {gid}) or n in graph_outputs]
-        op_names = [op_name(n.target) for n in nodes]
+        op_names = [op_label(n) for n in nodes]
         kind = module_kind(owners.class_name(g.path), owners.is_leaf(g.path)) if not g.functional else None
         if kind is None:
             heaviest = max(nodes, key=lambda n: (stats[n.name].flops, stats[n.name].bytes_written))
