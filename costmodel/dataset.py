@@ -23,8 +23,8 @@ from pipeplan.costmodel.kept_apart import APART_OPS
 
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",
-    "contention_from_row",
-    "device_features", "layer_features", "main_op", "model_inputs", "op_base", "read_dataset", "single_dtype", "write_rows",
+    "contention_from_row", "device_features", "layer_features", "main_op", "model_inputs", "op_base", "read_dataset",
+    "single_dtype", "write_rows",
 ]
 
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.

@@ -18,7 +18,8 @@ def test_the_sweep_draws_every_activation_on_both_ranks() -> None:
     specs = [s for s in default_sweep(per_kind=80) if s.kind == "activation"]
     assert len(specs) == 80 and len({s.key for s in specs}) == 80
     params = [dict(s.params) for s in specs]
-    assert {p["op"] for p in params} == set(range(len(ACTIVATIONS))) and {p["rank"] for p in params} == {3, 4}
+    drawn = set(range(len(ACTIVATIONS) - 1))  # all but the last, the tanh GELU, given by key only
+    assert {p["op"] for p in params} == drawn and {p["rank"] for p in params} == {3, 4}
     for spec, p in zip(specs[:12], params[:12], strict=True):
         module, (x,) = spec.build()
         assert isinstance(module, ACTIVATIONS[p["op"]][1]) and x.dim() == p["rank"]

@@ -154,10 +154,10 @@ def test_model_files_from_before_the_feature_load_and_predict_with_what_they_hav
 
 
 def test_a_model_file_from_before_the_feature_refits_its_correction_on_its_own_features(tmp_path) -> None:
-    (zen4,) = [s for s in SHIPPED if s.name == "epyc-zen4"]  # trained before the feature
-    model = load_cost_model("learned-epyc-zen4")
+    (zen3,) = [s for s in SHIPPED if s.name == "epyc-zen3"]  # trained before the feature
+    model = load_cost_model("learned-epyc-zen3")
     assert isinstance(model, LearnedCostModel) and "channels_last" not in model.fitted.numeric
-    rows = read_dataset(zen4.dataset.parent / "inmodel-cpu-epyc-zen4.csv")[:400]
+    rows = read_dataset(zen3.dataset.parent / "inmodel-cpu-epyc-zen3.csv")[:400]
     model.fit_in_model(rows, evaluate=False)
     assert model.in_model is not None and model.in_model.numeric == model.fitted.numeric
     graph = capture(TokensToMap().eval(), (torch.randn(2, 64, 16),))
