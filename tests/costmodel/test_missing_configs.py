@@ -1,0 +1,40 @@
+"""Catching one CPU's profile up with another's: the sweep keys it lacks, ready for ``profile --layers``."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipeplan.costmodel.cli import select_layers
+from pipeplan.costmodel.missing_configs import main, missing_configs
+from pipeplan.costmodel.registry import SHIPPED
+
+
+def _profile(name: str):
+    (shipped,) = [s for s in SHIPPED if s.name == name]
+    return shipped.dataset
+
+
+def test_the_zen4_has_every_sweep_shape_of_the_xeon_and_the_tanh_gelus_besides() -> None:
+    assert missing_configs(_profile("xeon"), _profile("epyc-zen4")) == []
+    extra = missing_configs(_profile("epyc-zen4"), _profile("xeon"))
+    assert len(extra) == 37 and all(c.startswith("activation:") and c.endswith(",op=7") for c in extra)
+
+
+def test_the_keys_printed_are_the_shapes_profile_builds(capsys) -> None:
+    assert main([str(_profile("xeon")), str(_profile("epyc-zen3")), "--kinds", "pointwise,unfold"]) == 0
+    out, err = capsys.readouterr()
+    specs, models = select_layers(out.strip(), per_kind=0, gpu=False)
+    assert models == [] and len(specs) == 160 and {s.kind for s in specs} == {"pointwise", "unfold"}
+    assert [s.key for s in specs] == missing_configs(_profile("xeon"), _profile("epyc-zen3"), ["pointwise", "unfold"])
+    assert "160 configurations" in err and "80 unfold" in err and "80 pointwise" in err
+
+
+def test_a_file_that_is_not_a_profile_is_named(tmp_path, capsys) -> None:
+    bad = tmp_path / "graph.csv"
+    bad.write_text("name,flops\nx,1\n")
+    with pytest.raises(ValueError, match=r"graph\.csv: not a profile"):
+        missing_configs(bad, _profile("xeon"))
+    assert main([str(bad), str(_profile("xeon"))]) == 2
+    assert "not a profile" in capsys.readouterr().err
+    # a profile not written yet lacks every configuration
+    assert len(missing_configs(_profile("epyc-zen4"), tmp_path / "new.csv", ["pointwise"])) == 80
