@@ -10,6 +10,7 @@ from torch import nn
 
 from pipeplan.costmodel.capture import capture
 from pipeplan.costmodel.dataset import main_op
+from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.layerspecs import parse_spec
 from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.profile import targets_from_specs
@@ -40,6 +41,8 @@ def test_capture_names_the_tanh_gelu_apart_from_the_exact_one() -> None:
     graph = capture(TwoGelus().eval(), (torch.randn(2, 16, 32),))
     ops = {layer.name: main_op(layer) for layer in graph.layers}
     assert ops == {"exact": "aten.gelu", "proj": "aten.linear", "tanh": "aten.gelu[tanh]"}
+    # a graph file keeps the variant
+    assert [la.ops for la in ModelGraph.from_json(graph.to_json()).layers] == [la.ops for la in graph.layers]
 
 
 def test_the_sweep_times_a_tanh_gelu_by_key() -> None:
