@@ -125,3 +125,28 @@ def wavlm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 FIFTEENTH = ("videomae", "clip_vision", "textnet", "gemma2", "wavlm")
+
+
+# The sixteenth (``SIXTEENTH``) was written on 2026-11-28 at 10:00 UTC, on the Zen 4, after
+# ``layers_alone.py`` found the sweep's ``conv2d`` grid stops at 256 channels and 7×7 maps, and before any
+# wider convolution was profiled: RT-DETR's ResNet-vd backbones end with 1,024–2,048 channels on 2×2 maps.
+def rt_detr_resnet50(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """RT-DETR's ResNet-vd backbone, bottleneck blocks up to 2,048 channels (a 3-convolution stem, average
+    pooled shortcuts), 64×64 images: its last stage runs on 2×2 maps."""
+    from transformers import RTDetrResNetBackbone, RTDetrResNetConfig
+
+    config = RTDetrResNetConfig(embedding_size=32, hidden_sizes=[256, 512, 1024, 2048], depths=[1, 1, 2, 1],
+                                layer_type="bottleneck", out_features=["stage4"])
+    return RTDetrResNetBackbone(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def rt_detr_resnet18(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """RT-DETR's ResNet-vd backbone with basic blocks up to 512 channels, 96×96 images (3×3 maps last)."""
+    from transformers import RTDetrResNetBackbone, RTDetrResNetConfig
+
+    config = RTDetrResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2],
+                                layer_type="basic", out_features=["stage4"])
+    return RTDetrResNetBackbone(config), (torch.randn(batch_size, 3, 96, 96),)
+
+
+SIXTEENTH = ("rt_detr_resnet50", "rt_detr_resnet18")
