@@ -15,6 +15,10 @@ model 17), before that CPU's model was trained on activations, pointwise chains,
 HuBERT: a VideoMAE (3-D convolution tubelets, which no sweep times), a CLIP vision tower (quick GELU, a
 sigmoid chain), TextNet (asymmetric 3×1 and 1×3 kernels), Gemma 2 (tanh GELU and tanh logit
 soft-capping) and WavLM (gated relative position bias over a 1-D convolution stem).
+
+The sixteenth (``SIXTEENTH``) was written on 2026-11-28 at 10:00 UTC, on the Zen 4, after
+``layers_alone.py`` found the sweep's ``conv2d`` grid stops at 256 channels and 7×7 maps, and before any
+wider convolution was profiled: RT-DETR's ResNet-vd backbones end with 512–2,048 channels on 2×2 and 3×3 maps.
 """
 
 from __future__ import annotations
@@ -127,9 +131,6 @@ def wavlm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 FIFTEENTH = ("videomae", "clip_vision", "textnet", "gemma2", "wavlm")
 
 
-# The sixteenth (``SIXTEENTH``) was written on 2026-11-28 at 10:00 UTC, on the Zen 4, after
-# ``layers_alone.py`` found the sweep's ``conv2d`` grid stops at 256 channels and 7×7 maps, and before any
-# wider convolution was profiled: RT-DETR's ResNet-vd backbones end with 1,024–2,048 channels on 2×2 maps.
 def rt_detr_resnet50(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     """RT-DETR's ResNet-vd backbone, bottleneck blocks up to 2,048 channels (a 3-convolution stem, average
     pooled shortcuts), 64×64 images: its last stage runs on 2×2 maps."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import sys
+from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -56,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    by_kind: dict[str, int] = {}
-    for config in configs:
-        by_kind[config.partition(":")[0]] = by_kind.get(config.partition(":")[0], 0) + 1
+    by_kind = Counter(config.partition(":")[0] for config in configs)
     print(f"{len(configs)} configurations of {args.reference} missing from {args.target}"
           + (f": {', '.join(f'{n} {k}' for k, n in by_kind.items())}" if by_kind else ""), file=sys.stderr)
     print(",".join(configs))

@@ -23,6 +23,7 @@ from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.profile import targets_from_specs
 from pipeplan.costmodel.registry import SHIPPED, load_cost_model
 from pipeplan.errors import UsageError
+from tests.reference_device import reference_device
 
 
 class TokensToMap(nn.Module):
@@ -146,11 +147,11 @@ def test_model_files_from_before_the_feature_load_and_predict_with_what_they_hav
         assert isinstance(model, LearnedCostModel)
         numeric = model.fitted.numeric
         assert numeric == NUMERIC[:len(numeric)]
-        times = model.layer_times(graph.layers, _device(model), check_cpu=False)
+        times = model.layer_times(graph.layers, reference_device(model), check_cpu=False)
         assert all(t > 0 for t in times)
         if "channels_last" not in numeric:  # blind to the layout: the same layer on either costs the same
             flat = [dataclasses.replace(la, channels_last=False) for la in graph.layers]
-            assert model.layer_times(flat, _device(model), check_cpu=False) == times
+            assert model.layer_times(flat, reference_device(model), check_cpu=False) == times
 
 
 def test_a_model_file_from_before_the_feature_refits_its_correction_on_its_own_features(tmp_path) -> None:
@@ -161,18 +162,10 @@ def test_a_model_file_from_before_the_feature_refits_its_correction_on_its_own_f
     model.fit_in_model(rows, evaluate=False)
     assert model.in_model is not None and model.in_model.numeric == model.fitted.numeric
     graph = capture(TokensToMap().eval(), (torch.randn(2, 64, 16),))
-    before = model.layer_times(graph.layers, _device(model), check_cpu=False)
+    before = model.layer_times(graph.layers, reference_device(model), check_cpu=False)
     model.save(tmp_path / "refit.zip")
     again = LearnedCostModel.load(tmp_path / "refit.zip")
-    assert again.layer_times(graph.layers, _device(model), check_cpu=False) == before
-
-
-def _device(model: LearnedCostModel):  # the model's own profiled device, so it predicts from its estimators
-    from pipeplan.costmodel.hardware import Device
-
-    device_type, figures = next(iter(model.reference_devices.items()))
-    return Device(id="core", type=device_type, memory="1GiB", peak_flops=figures["peak_flops"],
-                  mem_bandwidth=figures["mem_bandwidth"])
+    assert again.layer_times(graph.layers, reference_device(model), check_cpu=False) == before
 
 
 def test_the_zen5_model_prices_each_layout_as_it_was_measured() -> None:

@@ -15,6 +15,7 @@ from pipeplan.costmodel.layerspecs import parse_spec
 from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.profile import targets_from_specs
 from pipeplan.costmodel.registry import SHIPPED, load_cost_model
+from tests.reference_device import reference_device
 
 
 class TwoGelus(nn.Module):
@@ -61,7 +62,7 @@ def test_a_model_that_never_saw_the_variant_prices_it_as_its_base_operator() -> 
         assert isinstance(model, LearnedCostModel)
         if "aten.gelu[tanh]" in model.vocabulary["main_op"]:
             continue  # this one was profiled on it
-        device = _device(model)
+        device = reference_device(model)
         assert model.layer_times([tanh], device, check_cpu=False) == model.layer_times([exact], device,
                                                                                           check_cpu=False)
 
@@ -71,11 +72,3 @@ def test_a_weight_standardised_convolution_is_named_by_its_convolution() -> None
     (layer,) = graph.layers
     assert layer.kind == "conv" and layer.ops.index("aten.batch_norm") < layer.ops.index("aten.conv2d")
     assert main_op(layer) == "aten.conv2d"
-
-
-def _device(model: LearnedCostModel):
-    from pipeplan.costmodel.hardware import Device
-
-    device_type, figures = next(iter(model.reference_devices.items()))
-    return Device(id="core", type=device_type, memory="1GiB", peak_flops=figures["peak_flops"],
-                  mem_bandwidth=figures["mem_bandwidth"])
