@@ -19,6 +19,12 @@ soft-capping) and WavLM (gated relative position bias over a 1-D convolution ste
 The sixteenth (``SIXTEENTH``) was written on 2026-11-28 at 10:00 UTC, on the Zen 4, after
 ``layers_alone.py`` found the sweep's ``conv2d`` grid stops at 256 channels and 7×7 maps, and before any
 wider convolution was profiled: RT-DETR's ResNet-vd backbones end with 512–2,048 channels on 2×2 and 3×3 maps.
+
+The seventeenth (``SEVENTEENTH``) was written on 2026-11-28 at 10:53 UTC, on the Zen 4, after the sixteenth
+had been scored and before any wide convolution or tuning family for them entered a model: DETR and
+MaskFormer on bottleneck ResNets up to 2,048 and 1,024 channels (2×2 maps last), Conditional DETR on a
+basic-block ResNet to 512 channels (3×3), YOLOS (a ViT with detection tokens), a SigLIP vision tower and a
+Qwen3 decoder (RMSNorm on queries and keys).
 """
 
 from __future__ import annotations
@@ -151,3 +157,76 @@ def rt_detr_resnet18(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 SIXTEENTH = ("rt_detr_resnet50", "rt_detr_resnet18")
+
+
+def detr_resnet50(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """DETR on a bottleneck ResNet to 2,048 channels (2×2 maps last), then a 2+2-layer encoder-decoder with
+    20 object queries and box and class heads, 64×64 images."""
+    from transformers import DetrConfig, DetrForObjectDetection, ResNetConfig
+
+    backbone = ResNetConfig(embedding_size=32, hidden_sizes=[256, 512, 1024, 2048], depths=[1, 1, 1, 1],
+                            layer_type="bottleneck", out_features=["stage4"])
+    config = DetrConfig(use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
+                        d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                        decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128, num_queries=20,
+                        num_labels=10)
+    return DetrForObjectDetection(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def conditional_detr_resnet34(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Conditional DETR (conditional spatial queries) on a basic-block ResNet to 512 channels (3×3 maps
+    last), 96×96 images."""
+    from transformers import ConditionalDetrConfig, ConditionalDetrForObjectDetection, ResNetConfig
+
+    backbone = ResNetConfig(embedding_size=64, hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 2],
+                            layer_type="basic", out_features=["stage4"])
+    config = ConditionalDetrConfig(use_timm_backbone=False, backbone_config=backbone, use_pretrained_backbone=False,
+                                   d_model=64, encoder_layers=2, decoder_layers=2, encoder_attention_heads=4,
+                                   decoder_attention_heads=4, encoder_ffn_dim=128, decoder_ffn_dim=128,
+                                   num_queries=20, num_labels=10)
+    return ConditionalDetrForObjectDetection(config), (torch.randn(batch_size, 3, 96, 96),)
+
+
+def maskformer_resnet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """MaskFormer on a bottleneck ResNet to 1,024 channels: an FPN pixel decoder over all four stages, a
+    2-layer DETR decoder of 10 mask queries, 64×64 images."""
+    from transformers import DetrConfig, MaskFormerConfig, MaskFormerForInstanceSegmentation, ResNetConfig
+
+    backbone = ResNetConfig(embedding_size=32, hidden_sizes=[128, 256, 512, 1024], depths=[1, 1, 1, 1],
+                            layer_type="bottleneck", out_features=["stage1", "stage2", "stage3", "stage4"])
+    decoder = DetrConfig(d_model=64, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=128,
+                         encoder_layers=1, num_queries=10)
+    config = MaskFormerConfig(backbone_config=backbone, decoder_config=decoder, fpn_feature_size=64,
+                              mask_feature_size=64, num_queries=10, num_labels=10)
+    return MaskFormerForInstanceSegmentation(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def yolos(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """YOLOS: a 3-layer ViT that carries 10 detection tokens beside its patches, 64×64 images."""
+    from transformers import YolosConfig, YolosForObjectDetection
+
+    config = YolosConfig(image_size=[64, 64], patch_size=8, hidden_size=96, num_hidden_layers=3,
+                         num_attention_heads=4, intermediate_size=256, num_detection_tokens=10, num_labels=10)
+    return YolosForObjectDetection(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def siglip_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer SigLIP vision tower (tanh GELU, attention-pooled head), 64×64 images in 8×8 patches."""
+    from transformers import SiglipVisionConfig, SiglipVisionModel
+
+    config = SiglipVisionConfig(image_size=64, patch_size=8, hidden_size=128, intermediate_size=512,
+                                num_hidden_layers=3, num_attention_heads=4)
+    return SiglipVisionModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def qwen3(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Qwen3 decoder (RMSNorm on queries and keys, grouped-query attention, SwiGLU), 64 tokens."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    config = Qwen3Config(vocab_size=2000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=256,
+                         use_cache=False)
+    return Qwen3ForCausalLM(config), (torch.randint(0, 2000, (batch_size, 64)),)
+
+
+SEVENTEENTH = ("detr_resnet50", "conditional_detr_resnet34", "maskformer_resnet", "yolos", "siglip_vision", "qwen3")
