@@ -16,7 +16,7 @@ it timed between passes. The exported graph ("graph ms", what the executor's sta
 measured on its own: an eager forward also runs Python the export leaves out (argument checks,
 mask and padding arithmetic on shapes), which a pipeline stage never pays.
 
-    .venv/bin/python benchmarks/model_profile.py [--models gpt_neox,swin] [--seconds 2] [--learned learned]
+    .venv/bin/python benchmarks/model_profile.py [--models gpt_neox,swin] [--seconds 2] [--learned learned] [--rounds 3]
 
 The factories below are the evaluation set: keep them apart from anything the cost models are
 fitted or tuned on. They are also valid MODEL arguments: ``pipeplan profile
@@ -174,7 +174,8 @@ def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict
             "profile": sum(in_model),
         }
     idle = table.levels[0]
-    return {"model": name, "layers": len(graph.layers), "matched": matched, "measured": measured,
+    return {"model": name, "layers": len(graph.layers), "matched": matched, "measured": measured, "chain": chain,
+            "eager_runs": [measured], "graph_runs": [measured_graph],
             "by_op": by_operator(graph.layers, in_model, per_layer[learned[-1]]),
             "measured_graph": measured_graph, **predictions, "sum_vs_forward": idle.sum_s / idle.forward_s - 1,
             "sum_vs_graph": idle.sum_s / (idle.graph_s or idle.forward_s) - 1,
@@ -205,6 +206,10 @@ def main() -> None:
     parser.add_argument("--by-op", type=int, default=0, metavar="N",
                         help="after the table, each model's N operators whose predicted time (the last --learned "
                              "model's) is furthest from the same layers' in-model profile (0: none)")
+    parser.add_argument("--rounds", type=int, default=1, metavar="N",
+                        help="time each model's eager forward and graph N times, round robin over the models after "
+                             "the first pass, and score against the median (1): this VM's speed moves by a "
+                             "quarter for minutes at a time, so one timing can catch a slow spell")
     args = parser.parse_args()
     learned = [spec.strip() for spec in args.learned.split(",") if spec.strip()]
 
@@ -216,13 +221,24 @@ def main() -> None:
           f"{device.mem_bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other engineers' tests may run on this machine)\n")
     predictors = [*learned, "roofline", "profile"]
-    print("| model | layers | eager ms | graph ms | " + " | ".join(f"{p} ms (err)" for p in predictors)
+    spread = " (range)" if args.rounds > 1 else ""
+    print(f"| model | layers | eager ms{spread} | graph ms | " + " | ".join(f"{p} ms (err)" for p in predictors)
           + " | profile vs graph | Σ layers vs graph | Σ layers vs eager | call overhead | load avg |")
     print("|---|---:|---:|---:|" + "---:|" * len(predictors) + "---:|---:|---:|---:|---:|")
     errors: dict[str, list[float]] = {**{p: [] for p in predictors}, "profile vs graph": []}
     breakdowns: list[str] = []
+    results = []
     for name in args.models.split(","):
-        r = evaluate(name.strip(), args.seconds, device, learned)
+        results.append(evaluate(name.strip(), args.seconds, device, learned))
+        print(f"{results[-1]['model']}: {results[-1]['measured'] * 1e3:.2f} ms", file=sys.stderr, flush=True)
+    for round_ in range(2, args.rounds + 1):
+        for r in results:
+            chain = r["chain"]
+            r["eager_runs"].append(measure(chain.forward, args.seconds))
+            r["graph_runs"].append(measure(lambda c=chain: c.whole(*c.inputs), args.seconds))
+        print(f"round {round_}/{args.rounds} timed", file=sys.stderr, flush=True)
+    for r in results:
+        r["measured"], r["measured_graph"] = (statistics.median(r["eager_runs"]), statistics.median(r["graph_runs"]))
         breakdowns += [f"| {r['model']} | {op} | {n} | {real * 1e3:.3f} | {guess * 1e3:.3f} | "
                        f"{(guess - real) * 1e3:+.3f} |" for op, n, real, guess in r["by_op"][:args.by_op]]
         cells = []
@@ -232,7 +248,8 @@ def main() -> None:
             cells.append(f"{r[key] * 1e3:.2f} ({err:+.0%})")
         vs_graph = r["profile"] / r["measured_graph"] - 1
         errors["profile vs graph"].append(vs_graph)
-        print(f"| {r['model']} | {r['layers']} ({r['matched']} profiled) | {r['measured'] * 1e3:.2f} | "
+        runs = (f" ({min(r['eager_runs']) * 1e3:.2f}–{max(r['eager_runs']) * 1e3:.2f})" if args.rounds > 1 else "")
+        print(f"| {r['model']} | {r['layers']} ({r['matched']} profiled) | {r['measured'] * 1e3:.2f}{runs} | "
               f"{r['measured_graph'] * 1e3:.2f} | {' | '.join(cells)} | {vs_graph:+.0%} | {r['sum_vs_graph']:+.1%} | "
               f"{r['sum_vs_forward']:+.1%} | "
               f"{r['overhead_us']:.1f} µs | {r['loadavg']:.2f} |", flush=True)

@@ -14,10 +14,15 @@ def _profile(name: str):
     return shipped.dataset
 
 
-def test_the_zen4_has_every_sweep_shape_of_the_xeon_and_the_tanh_gelus_besides() -> None:
+def test_the_zen4_has_every_sweep_shape_of_the_xeon_and_its_own_besides() -> None:
     assert missing_configs(_profile("xeon"), _profile("epyc-zen4")) == []
     extra = missing_configs(_profile("epyc-zen4"), _profile("xeon"))
-    assert len(extra) == 37 and all(c.startswith("activation:") and c.endswith(",op=7") for c in extra)
+    by_kind = {kind: [c for c in extra if c.startswith(f"{kind}:")] for kind in ("activation", "conv2d", "pointwise")}
+    assert sum(map(len, by_kind.values())) == len(extra) == 37 + 80 + 12
+    assert len(by_kind["activation"]) == 37 and all(c.endswith(",op=7") for c in by_kind["activation"])  # tanh GELU
+    # wide convolutions (512-3,072 channels in; the grid stops at 256) and small Snake chains
+    assert len(by_kind["conv2d"]) == 80 and all(int(c.split("cin=")[1].split(",")[0]) >= 384 for c in by_kind["conv2d"])
+    assert len(by_kind["pointwise"]) == 12 and all(c.endswith(",chain=0") for c in by_kind["pointwise"])
 
 
 def test_the_keys_printed_are_the_shapes_profile_builds(capsys) -> None:
@@ -37,4 +42,4 @@ def test_a_file_that_is_not_a_profile_is_named(tmp_path, capsys) -> None:
     assert main([str(bad), str(_profile("xeon"))]) == 2
     assert "not a profile" in capsys.readouterr().err
     # a profile not written yet lacks every configuration
-    assert len(missing_configs(_profile("epyc-zen4"), tmp_path / "new.csv", ["pointwise"])) == 80
+    assert len(missing_configs(_profile("epyc-zen4"), tmp_path / "new.csv", ["pointwise"])) == 80 + 12
