@@ -25,6 +25,12 @@ had been scored and before any wide convolution or tuning family for them entere
 MaskFormer on bottleneck ResNets up to 2,048 and 1,024 channels (2×2 maps last), Conditional DETR on a
 basic-block ResNet to 512 channels (3×3), YOLOS (a ViT with detection tokens), a SigLIP vision tower and a
 Qwen3 decoder (RMSNorm on queries and keys).
+
+The eighteenth (``EIGHTEENTH``) was written on 2026-11-28 at 11:50 UTC, on the Zen 4, after the sweep had
+timed small Snake chains and found DAC's priced right alone but raised 2.6× by the in-model correction, and
+before any tuning family with Snake activations: the DAC-style audio encoder of Perception Encoder Audio
+(Snake1d) and Xcodec2's acoustic encoder (BigVGAN-style anti-aliased SnakeBeta: each activation between a
+2× upsampling and a 2× downsampling filter).
 """
 
 from __future__ import annotations
@@ -230,3 +236,26 @@ def qwen3(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 SEVENTEENTH = ("detr_resnet50", "conditional_detr_resnet34", "maskformer_resnet", "yolos", "siglip_vision", "qwen3")
+
+
+def pe_audio_dac(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Perception Encoder Audio's DAC-style encoder: strided 1-D convolutions, residual units with Snake
+    activations (``x + 1/α·sin²(αx)``), 0.25 s of 16 kHz audio."""
+    from transformers import DacConfig
+    from transformers.models.pe_audio.modeling_pe_audio import PeAudioDacEncoder
+
+    config = DacConfig(encoder_hidden_size=16, downsampling_ratios=[2, 4, 4], hidden_size=128)
+    return PeAudioDacEncoder(config), (torch.randn(batch_size, 1, 4000),)
+
+
+def xcodec2_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Xcodec2's acoustic encoder: 1-D convolutions with anti-aliased SnakeBeta activations (2× up, Snake,
+    2× down by fixed filters), 0.25 s of 16 kHz audio."""
+    from transformers import Xcodec2Config
+    from transformers.models.xcodec2.modeling_xcodec2 import Xcodec2Encoder
+
+    config = Xcodec2Config(encoder_hidden_size=16, downsampling_ratios=[2, 4, 4], hidden_size=128)
+    return Xcodec2Encoder(config), (torch.randn(batch_size, 1, 4000),)
+
+
+EIGHTEENTH = ("pe_audio_dac", "xcodec2_encoder")
