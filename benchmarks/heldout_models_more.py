@@ -31,6 +31,11 @@ timed small Snake chains and found DAC's priced right alone but raised 2.6× by 
 before any tuning family with Snake activations: the DAC-style audio encoder of Perception Encoder Audio
 (Snake1d) and Xcodec2's acoustic encoder (BigVGAN-style anti-aliased SnakeBeta: each activation between a
 2× upsampling and a 2× downsampling filter).
+
+The nineteenth (``NINETEENTH``) was written on 2026-11-28 at 12:46 UTC, on the Zen 4, after 20 of the
+Zen 4's ``conv2d`` sweep shapes of 2026-11-23, timed again idle, ran 0.68× their recorded time, and before
+any of those rows was replaced: BEiT with a UperNet segmentation head (3×3 convolutions on pyramid maps),
+MobileNetV2 with a DeepLabV3 head (dilated and pooled branches) and ViViT (3-D tubelets).
 """
 
 from __future__ import annotations
@@ -259,3 +264,34 @@ def xcodec2_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 EIGHTEENTH = ("pe_audio_dac", "xcodec2_encoder")
+
+
+def beit_segmentation(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer BEiT (relative position biases) with a UperNet head: a pyramid of its layers' maps, pooled
+    at scales 1-3, fused by 3×3 convolutions, 64×64 images."""
+    from transformers import BeitConfig, BeitForSemanticSegmentation
+
+    config = BeitConfig(image_size=64, patch_size=8, hidden_size=96, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=256, out_indices=[1, 2, 3, 4], use_relative_position_bias=True,
+                        pool_scales=[1, 2, 3], auxiliary_channels=64, num_labels=8, use_auxiliary_head=False)
+    return BeitForSemanticSegmentation(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def mobilenet_v2_deeplab(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """MobileNetV2 at width 0.75 with a DeepLabV3 head (atrous and pooled branches), 96×96 images."""
+    from transformers import MobileNetV2Config, MobileNetV2ForSemanticSegmentation
+
+    config = MobileNetV2Config(image_size=96, depth_multiplier=0.75, num_labels=8)
+    return MobileNetV2ForSemanticSegmentation(config), (torch.randn(batch_size, 3, 96, 96),)
+
+
+def vivit(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer ViViT: 8 frames of 32×32 cut into 2×8×8 tubelets by a 3-D convolution, a class token."""
+    from transformers import VivitConfig, VivitModel
+
+    config = VivitConfig(image_size=32, num_frames=8, tubelet_size=[2, 8, 8], hidden_size=96, num_hidden_layers=2,
+                         num_attention_heads=4, intermediate_size=256)
+    return VivitModel(config), (torch.randn(batch_size, 8, 3, 32, 32),)
+
+
+NINETEENTH = ("beit_segmentation", "mobilenet_v2_deeplab", "vivit")
