@@ -19,6 +19,8 @@ soft-capping) and WavLM (gated relative position bias over a 1-D convolution ste
 The sixteenth (``SIXTEENTH``) was written on 2026-11-28 at 10:00 UTC, on the Zen 4, after
 ``layers_alone.py`` found the sweep's ``conv2d`` grid stops at 256 channels and 7×7 maps, and before any
 wider convolution was profiled: RT-DETR's ResNet-vd backbones end with 512–2,048 channels on 2×2 and 3×3 maps.
+Scored that day, its architecture has been a tuning family since (``resnet_vd`` in ``costmodel/tuning_set.py``,
+at other sizes): it no longer counts as held out.
 
 The seventeenth (``SEVENTEENTH``) was written on 2026-11-28 at 10:53 UTC, on the Zen 4, after the sixteenth
 had been scored and before any wide convolution or tuning family for them entered a model: DETR and
