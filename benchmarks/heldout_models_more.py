@@ -38,6 +38,14 @@ The nineteenth (``NINETEENTH``) was written on 2026-11-28 at 12:46 UTC, on the Z
 Zen 4's ``conv2d`` sweep shapes of 2026-11-23, timed again idle, ran 0.68× their recorded time, and before
 any of those rows was replaced: BEiT with a UperNet segmentation head (3×3 convolutions on pyramid maps),
 MobileNetV2 with a DeepLabV3 head (dilated and pooled branches) and ViViT (3-D tubelets).
+
+The twentieth (``TWENTIETH``) was written on 2026-11-28 at 19:46 UTC, on the Zen 4, before the Zen 4's
+remaining rows of 2026-11-23 (sweep and in-model, taken beside other engineers' tests) were timed again:
+SwinV2 (cosine attention, a log-spaced continuous position bias MLP), FNet (Fourier token mixing: an
+``aten.fft_fftn`` and a real part in place of attention), an Audio Spectrogram Transformer (overlapping
+16×16 patches of a mel spectrogram), Persimmon (squared-ReLU MLP, LayerNorm on queries and keys, partial
+rotary), PatchTSMixer (MLP mixing over patches, features and channels of a time series) and SuperPoint's
+encoder (VGG-style 3×3 convolutions, 64-128 channels, on 96×96 grey images).
 """
 
 from __future__ import annotations
@@ -297,3 +305,62 @@ def vivit(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 NINETEENTH = ("beit_segmentation", "mobilenet_v2_deeplab", "vivit")
+
+
+def swinv2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-stage SwinV2 (cosine attention in 4×4 windows, continuous position bias MLP), 64×64 images."""
+    from transformers import Swinv2Config, Swinv2Model
+
+    config = Swinv2Config(image_size=64, patch_size=4, embed_dim=48, depths=[2, 2, 2], num_heads=[2, 4, 8],
+                          window_size=4)
+    return Swinv2Model(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def fnet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer FNet encoder: a 2-D FFT over tokens and features (real part kept) mixes tokens, 64 tokens."""
+    from transformers import FNetConfig, FNetModel
+
+    config = FNetConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=4, intermediate_size=512,
+                        max_position_embeddings=128, use_tpu_fourier_optimizations=False)
+    return FNetModel(config), (torch.randint(0, 1000, (batch_size, 64)),)
+
+
+def audio_spectrogram_transformer(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer Audio Spectrogram Transformer: 128 frames × 64 mel bins cut into overlapping 16×16 patches
+    (stride 10), two class tokens."""
+    from transformers import ASTConfig, ASTModel
+
+    config = ASTConfig(hidden_size=96, num_hidden_layers=3, num_attention_heads=4, intermediate_size=256,
+                       max_length=128, num_mel_bins=64, frequency_stride=10, time_stride=10)
+    return ASTModel(config), (torch.randn(batch_size, 128, 64),)
+
+
+def persimmon(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Persimmon decoder (squared-ReLU MLP, LayerNorm on queries and keys, partial rotary), 64
+    tokens."""
+    from transformers import PersimmonConfig, PersimmonForCausalLM
+
+    config = PersimmonConfig(vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                             num_attention_heads=4, max_position_embeddings=256, use_cache=False)
+    return PersimmonForCausalLM(config), (torch.randint(0, 1000, (batch_size, 64)),)
+
+
+def patchtsmixer(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer PatchTSMixer (gated MLPs mixing patches, features and channels), 256 steps of 7 channels in
+    patches of 16."""
+    from transformers import PatchTSMixerConfig, PatchTSMixerModel
+
+    config = PatchTSMixerConfig(context_length=256, patch_length=16, patch_stride=8, num_input_channels=7,
+                                d_model=64, num_layers=4, mode="mix_channel")
+    return PatchTSMixerModel(config), (torch.randn(batch_size, 256, 7),)
+
+
+def superpoint_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """SuperPoint's encoder: four VGG-style blocks of two 3×3 convolutions (64-128 channels) and max pools,
+    96×96 grey images."""
+    from transformers import SuperPointConfig, SuperPointForKeypointDetection
+
+    return SuperPointForKeypointDetection(SuperPointConfig()).encoder, (torch.randn(batch_size, 1, 96, 96),)
+
+
+TWENTIETH = ("swinv2", "fnet", "audio_spectrogram_transformer", "persimmon", "patchtsmixer", "superpoint_encoder")
