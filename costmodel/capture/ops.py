@@ -8,7 +8,8 @@ believes the experts of an MoE layer are free puts them all in one stage.  This 
 that gap in three steps, in order of trust:
 
 1. a **formula** registered by name (:func:`register_flop_formula`; pipeplan ships the grouped
-   matmuls, ``aten::_grouped_mm`` and ``transformers::grouped_mm_fallback``);
+   matmuls, ``aten::_grouped_mm`` and ``transformers::grouped_mm_fallback``, and the FFTs, which are
+   ``aten`` operators the counter has no formula for);
 2. the operator's **Python implementation** (a ``torch.library.custom_op`` body) run on fake
    tensors under the counter, which is the op's decomposition in all but name (:func:`body_flops`);
    a body that needs real values (``offs.tolist()``) cannot run on fake tensors and is skipped,
@@ -24,6 +25,7 @@ purpose: the roofline charges them by bytes moved.  Only foreign operators are s
 from __future__ import annotations
 
 import logging
+import math
 import signal
 import threading
 import time
@@ -71,9 +73,25 @@ def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = N
     return 2 * out * int(a_shape[-1])
 
 
+def _fft_flops(points: Any, dims: Any, complex_input: bool) -> int:
+    """A radix-2 FFT's ``5·N·log2(n)`` real FLOPs for ``N`` complex points transformed along dims of ``n``
+    (several dims: the sum of their logs); a real signal, in or out, costs half."""
+    numel = math.prod(int(d) for d in points)
+    work = 5 * numel * sum(math.log2(max(int(points[d]), 1)) for d in dims)
+    return int(work if complex_input else work / 2)
+
+
+# aten operators with real arithmetic that ``FlopCounterMode`` has no formula for, and so would count 0
+# (FNet mixes tokens with an FFT in place of attention)
+_FFT_FORMULAS: dict[str, FlopFormula] = {
+    "aten::_fft_c2c": lambda x, dim, *args, out_shape=None, **kw: _fft_flops(x, dim, complex_input=True),
+    "aten::_fft_r2c": lambda x, dim, *args, out_shape=None, **kw: _fft_flops(x, dim, complex_input=False),
+    "aten::_fft_c2r": lambda x, dim, *args, out_shape=None, **kw: _fft_flops(out_shape, dim, complex_input=False),
+}
 _FORMULAS: dict[str, FlopFormula] = {
     "aten::_grouped_mm": _grouped_mm_flops,
     "transformers::grouped_mm_fallback": _grouped_mm_flops,
+    **_FFT_FORMULAS,
 }
 
 

@@ -91,6 +91,21 @@ def test_register_flop_formula_refuses_a_bare_name() -> None:
         register_flop_formula("moe_mm", lambda *a, **k: 0)
 
 
+class _Fourier(nn.Module):
+    """FNet's token mixing (a 2-D FFT of a real input, its real part kept), then a real FFT and its inverse."""
+
+    def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.fft.fftn(x, dim=(-2, -1)).real, torch.fft.irfft(torch.fft.rfft(x, dim=-1), n=128, dim=-1)
+
+
+def test_ffts_are_counted_not_free() -> None:
+    graph = capture(_Fourier(), (torch.randn(2, 64, 128),))
+    points = 2 * 64 * 128
+    # 5·N·log2(n) for a complex transform along dims of n points; a real one (rfft, irfft) half that
+    assert graph.total_flops == 5 * points * 13 + 2 * (5 * points * 7 // 2)
+    assert "uncounted_ops" not in graph.meta
+
+
 def test_moe_experts_of_transformers_are_counted() -> None:
     transformers = pytest.importorskip("transformers")
     hidden, inter, experts, top_k, batch, seq = 32, 48, 4, 2, 2, 8
