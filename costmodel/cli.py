@@ -6,6 +6,7 @@ Heavy imports happen inside the command functions so that ``pipeplan --help`` an
 from __future__ import annotations
 
 import argparse
+import csv
 from pathlib import Path
 from typing import Any
 
@@ -88,15 +89,18 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pipeplan.costmodel.dataset import check_appendable
+    from pipeplan.costmodel.dataset import check_appendable, replace_rows
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
     out = Path(args.out)
     dtype = getattr(args, "dtype", None) or "fp32"  # the option is shared with `profile MODEL` (pipeplan.cli_args)
-    if out.exists() and not args.append:
-        raise UsageError(f"{out} exists: pass --append to add rows to it, or choose another --out")
+    if args.append and args.replace:
+        raise UsageError("--append keeps a layer's earlier rows and --replace drops them: pass one of them")
+    if out.exists() and not (args.append or args.replace):
+        raise UsageError(f"{out} exists: pass --append to add rows to it, --replace to time its layers again, or "
+                         "choose another --out")
     with user_input(f"--out {out}"):
         check_appendable(out, dtype, events=args.gpu is not None, channels_last=args.channels_last)
     with user_input("profile options"):
@@ -117,6 +121,12 @@ def cmd_profile(args: argparse.Namespace) -> None:
     console.print(f"{len(targets)} layers × {len(settings.levels)} contention levels "
                   f"({', '.join(c.describe() for c in settings.levels)})"
                   + (f", budget {args.budget_minutes:g} min" if args.budget_minutes else ""))
+    # --replace measures into a file beside OUT and swaps the rows in only once every level is done, so an
+    # interrupted run leaves OUT as it was (and what it had measured, in that file)
+    staged = out
+    if args.replace and out.exists():
+        staged = out.with_name(f"{out.stem}.measuring{out.suffix}")
+        staged.unlink(missing_ok=True)
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, transient=False) as bar:
         task = bar.add_task("profiling", total=len(targets) * len(settings.levels))
@@ -124,8 +134,14 @@ def cmd_profile(args: argparse.Namespace) -> None:
         def step(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, description=what[:60].ljust(60))
 
-        rows = profile(targets, out, settings, device, progress=step)
-    console.print(f"{rows} measurements written to {out}")
+        rows = profile(targets, staged, settings, device, progress=step)
+    if staged == out:
+        console.print(f"{rows} measurements written to {out}")
+        return
+    with user_input(f"--out {out}"), staged.open(newline="") as fh:
+        dropped, written = replace_rows(out, csv.DictReader(fh))
+    staged.unlink()
+    console.print(f"{written} measurements written to {out}, in place of {dropped} earlier ones of the same layers")
 
 
 def cmd_train(args: argparse.Namespace) -> None:
@@ -302,6 +318,9 @@ def register(sub: Any) -> None:
                        "run it) and every row records it in its dtype column.")
     p.add_argument("--out", metavar="DATA.csv", help="the dataset to write (with MODEL: the profile table)")
     p.add_argument("--append", action="store_true", help="add rows to an existing dataset")
+    p.add_argument("--replace", action="store_true",
+                   help="time layers of an existing dataset again: their earlier rows are dropped once the new ones "
+                   "are all measured (other layers' rows are kept)")
     p.add_argument("--levels", default="idle,1xcompute,2xcompute,1xmemory,2xmemory,1xmixed,50%",
                    metavar="L,L,…", help="contention levels (default: idle and six loads)")
     p.add_argument("--layers", default=DEFAULT_LAYERS, metavar="X,X,…",

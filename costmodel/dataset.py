@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from pipeplan.costmodel.kept_apart import APART_OPS
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",
     "contention_from_row", "device_features", "layer_features", "main_op", "model_inputs", "op_base", "read_dataset",
-    "single_dtype", "write_rows",
+    "replace_rows", "single_dtype", "write_rows",
 ]
 
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
@@ -285,6 +286,38 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
             writer.writerow(row)
             count += 1
     return count
+
+
+def replace_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
+    """Put ``rows`` in place of ``path``'s rows of the same layer configurations (same ``config`` and
+    ``source``); returns (rows dropped, rows written).  For measurements taken again: appending would
+    leave both, and the learned model would fit the median of a stale and a fresh time.
+
+    Every other row is kept as it was, under the file's own header (as :func:`write_rows` appends).
+    The file is written whole beside itself and moved into place, so a row that cannot be stored
+    (``ValueError``, as for :func:`write_rows`) or an interrupted write leaves it unchanged."""
+    path = Path(path)
+    rows = list(rows)
+    if not path.exists() or path.stat().st_size == 0:
+        return 0, write_rows(path, rows)
+    header = _appendable_header(path)
+    measured = {(str(r["config"]), str(r["source"])) for r in rows}
+    config, source = header.index("config"), header.index("source")
+    staged, dropped = path.with_name(f".{path.name}.replacing"), 0
+    try:
+        with path.open(newline="") as src, staged.open("w", newline="") as dst:
+            reader, writer = csv.reader(src), csv.writer(dst)
+            writer.writerow(next(reader))
+            for record in reader:
+                if (record[config], record[source]) in measured:
+                    dropped += 1
+                else:
+                    writer.writerow(record)
+        written = write_rows(staged, rows, append=True)
+        os.replace(staged, path)
+    finally:
+        staged.unlink(missing_ok=True)
+    return dropped, written
 
 
 def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False,

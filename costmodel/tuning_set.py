@@ -13,7 +13,7 @@ all; the others lack ``resnet_vd`` and ``bigvgan`` (``--only resnet_vd,bigvgan``
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
 
-    python -m pipeplan.costmodel.tuning_set --out costmodel/data/inmodel-cpu-xeon.csv [--only opt,resnet]
+    python -m pipeplan.costmodel.tuning_set --out costmodel/data/inmodel-cpu-xeon.csv [--only opt,resnet] [--replace]
 
 Every entry is also a MODEL for ``pipeplan profile``: ``pipeplan.costmodel.tuning_set:opt``.
 """
@@ -349,10 +349,12 @@ def _core0() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeplan.costmodel.dataset import write_rows
+    from pipeplan.costmodel.dataset import replace_rows, write_rows
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="CSV to write (appends when it exists)")
+    parser.add_argument("--replace", action="store_true",
+                        help="drop the earlier rows of each entry it profiles (profiling entries again)")
     parser.add_argument("--only", default="", help="comma-separated architectures (default: all)")
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per model (1)")
     args = parser.parse_args(argv)
@@ -361,8 +363,12 @@ def main(argv: list[str] | None = None) -> int:
     entries = [e for e in ENTRIES if not wanted or e.factory.__name__ in wanted]
     for i, entry in enumerate(entries, 1):
         started = time.perf_counter()
-        count = write_rows(args.out, in_model_rows(entry, args.seconds), append=True)
-        print(f"[{i}/{len(entries)}] {entry.name}: {count} layers in {time.perf_counter() - started:.0f} s",
+        if args.replace:
+            dropped, count = replace_rows(args.out, in_model_rows(entry, args.seconds))
+            replaced = f", in place of {dropped} earlier rows"
+        else:
+            count, replaced = write_rows(args.out, in_model_rows(entry, args.seconds), append=True), ""
+        print(f"[{i}/{len(entries)}] {entry.name}: {count} layers in {time.perf_counter() - started:.0f} s{replaced}",
               file=sys.stderr, flush=True)
     return 0
 

@@ -74,8 +74,9 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
 
     if args.gpu is not None:
         raise UsageError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")
-    if args.append:
-        raise UsageError("--append adds rows to a sweep dataset; a MODEL profile is written whole: drop --append")
+    if args.append or args.replace:
+        flag = "--append" if args.append else "--replace"
+        raise UsageError(f"{flag} changes rows of a sweep dataset; a MODEL profile is written whole: drop {flag}")
     console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
     source, granularity = _source(args)
     with user_input("profile options"):

@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeplan.costmodel.dataset import read_dataset, write_rows
-from pipeplan.costmodel.registry import SHIPPED_DATASET
+import pytest
+
+from pipeplan.costmodel.dataset import COLUMNS, read_dataset, replace_rows, write_rows
+from pipeplan.costmodel.registry import SHIPPED_DATASET, SHIPPED_NAMES
 from tests.cli_run import run
 
 
@@ -91,3 +93,41 @@ def test_train_on_a_tiny_profile_warns_that_it_cannot_judge_and_shows_coverage(t
     assert "no held-out rows for layernorm" in out and "no rows at all for conv, matmul, attention" in out
     report = run("costmodel", "report", str(tmp_path / "m.zip"))
     assert report.returncode == 0 and "only 2 layer configurations" in " ".join(report.stdout.split())
+
+
+def test_profile_replace_times_layers_again_in_place_of_their_earlier_rows(tmp_path: Path) -> None:
+    # the Zen 5's shipped profile predates the dtype and event_time_s columns: its header must survive
+    lines = SHIPPED_NAMES["learned-epyc"].dataset.read_text().splitlines()
+    again = "layernorm:m=1,c=256"
+    stale = [line for line in lines if line.startswith(f'"{again}",')]  # a config with commas is quoted
+    kept = [line for line in lines[1:200] if not line.startswith(f'"{again}",')]
+    assert len(stale) == 7 and kept
+    data = tmp_path / "old.csv"
+    data.write_text("\n".join([lines[0], *kept, *stale]) + "\n")
+    args = ("profile", "--out", str(data), "--layers", again, "--levels", "idle,1xmemory", "--repeats", "2",
+            "--window-ms", "2", "--loaded-window-ms", "4")
+    both = run(*args, "--replace", "--append")
+    assert both.returncode == 2 and "pass one of them" in both.stderr
+    result = run(*args, "--replace")
+    assert result.returncode == 0, result.stderr
+    assert "2 measurements written" in result.stderr and "in place of 7 earlier ones" in result.stderr
+    text = data.read_text().splitlines()
+    assert text[0] == lines[0] and text[1:len(kept) + 1] == kept  # every other row as it was
+    rows = read_dataset(data)
+    fresh = [r for r in rows if r["config"] == again]
+    assert [r["contention"] for r in fresh] == ["idle", "1×memory"] and all(r["time_s"] > 0 for r in fresh)
+    assert len(rows) == len(kept) + 2 and sorted(p.name for p in tmp_path.iterdir()) == ["old.csv"]
+
+
+def test_replace_rows_refuses_a_row_the_file_cannot_hold_and_leaves_it_unchanged(tmp_path: Path) -> None:
+    rows = read_dataset(SHIPPED_DATASET)[:3]
+    data = tmp_path / "data.csv"
+    write_rows(data, rows)
+    assert replace_rows(data, [{**rows[0], "time_s": 1.5}]) == (1, 1)
+    assert [r["time_s"] for r in read_dataset(data)][-1] == 1.5 and len(read_dataset(data)) == 3
+    old = tmp_path / "old.csv"  # a header without the dtype column, as the Zen 5's
+    old.write_text(",".join(c for c in COLUMNS if c != "dtype") + "\n")
+    before = old.read_text()
+    with pytest.raises(ValueError, match="has no dtype column"):
+        replace_rows(old, [{**rows[0], "dtype": "bf16"}])
+    assert old.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "old.csv"]
