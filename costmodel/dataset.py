@@ -288,9 +288,11 @@ def write_rows(path: str | Path, rows: Iterable[dict[str, Any]], append: bool = 
     return count
 
 
-def replace_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[int, int]:
-    """Put ``rows`` in place of ``path``'s rows of the same layer configurations (same ``config`` and
-    ``source``); returns (rows dropped, rows written).  For measurements taken again: appending would
+def replace_rows(path: str | Path, rows: Iterable[dict[str, Any]],
+                 by: Sequence[str] = ("config", "source")) -> tuple[int, int]:
+    """Put ``rows`` in place of ``path``'s rows that match one of them in the columns ``by`` (the same layer
+    configuration, by default; ``("source",)``: every row of a profiled model, layers since renamed
+    included); returns (rows dropped, rows written).  For measurements taken again: appending would
     leave both, and the learned model would fit the median of a stale and a fresh time.
 
     Every other row is kept as it was, under the file's own header (as :func:`write_rows` appends).
@@ -301,15 +303,15 @@ def replace_rows(path: str | Path, rows: Iterable[dict[str, Any]]) -> tuple[int,
     if not path.exists() or path.stat().st_size == 0:
         return 0, write_rows(path, rows)
     header = _appendable_header(path)
-    measured = {(str(r["config"]), str(r["source"])) for r in rows}
-    config, source = header.index("config"), header.index("source")
+    measured = {tuple(str(r[c]) for c in by) for r in rows}
+    columns = [header.index(c) for c in by]
     staged, dropped = path.with_name(f".{path.name}.replacing"), 0
     try:
         with path.open(newline="") as src, staged.open("w", newline="") as dst:
             reader, writer = csv.reader(src), csv.writer(dst)
             writer.writerow(next(reader))
             for record in reader:
-                if (record[config], record[source]) in measured:
+                if tuple(record[i] for i in columns) in measured:
                     dropped += 1
                 else:
                     writer.writerow(record)

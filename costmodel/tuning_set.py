@@ -354,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="CSV to write (appends when it exists)")
     parser.add_argument("--replace", action="store_true",
-                        help="drop the earlier rows of each entry it profiles (profiling entries again)")
+                        help="drop every earlier row of each entry it profiles (profiling entries again)")
     parser.add_argument("--only", default="", help="comma-separated architectures (default: all)")
     parser.add_argument("--seconds", type=float, default=1.0, help="timed seconds per model (1)")
     args = parser.parse_args(argv)
@@ -364,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     for i, entry in enumerate(entries, 1):
         started = time.perf_counter()
         if args.replace:
-            dropped, count = replace_rows(args.out, in_model_rows(entry, args.seconds))
+            # by source: a layer renamed since (transformers moves modules) must not keep its stale rows
+            dropped, count = replace_rows(args.out, in_model_rows(entry, args.seconds), by=("source",))
             replaced = f", in place of {dropped} earlier rows"
         else:
             count, replaced = write_rows(args.out, in_model_rows(entry, args.seconds), append=True), ""

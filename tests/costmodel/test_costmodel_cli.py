@@ -125,6 +125,10 @@ def test_replace_rows_refuses_a_row_the_file_cannot_hold_and_leaves_it_unchanged
     write_rows(data, rows)
     assert replace_rows(data, [{**rows[0], "time_s": 1.5}]) == (1, 1)
     assert [r["time_s"] for r in read_dataset(data)][-1] == 1.5 and len(read_dataset(data)) == 3
+    # by source: a model profiled again drops its every earlier row, a layer renamed since included
+    assert {r["source"] for r in rows} == {"sweep"}
+    assert replace_rows(data, [{**rows[0], "config": "renamed"}], by=("source",)) == (3, 1)
+    assert [r["config"] for r in read_dataset(data)] == ["renamed"]
     old = tmp_path / "old.csv"  # a header without the dtype column, as the Zen 5's
     old.write_text(",".join(c for c in COLUMNS if c != "dtype") + "\n")
     before = old.read_text()
