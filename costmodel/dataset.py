@@ -343,9 +343,10 @@ def check_appendable(path: str | Path, dtype: str = "fp32", events: bool = False
 
 def _unstorable(header: Sequence[str], row: dict[str, Any]) -> str | None:
     """The first :data:`OPTIONAL` column ``header`` lacks while ``row`` holds more than its default
-    there (empty, or the default, is what such a file means by its absence)."""
+    there (empty, or the default, is what such a file means by its absence; rows read back from a CSV hold it
+    as text)."""
     return next((column for column, default in OPTIONAL.items()
-                 if column not in header and row.get(column, "") not in ("", default)), None)
+                 if column not in header and row.get(column, "") not in ("", default, str(default))), None)
 
 
 def _appendable_header(path: Path) -> tuple[str, ...]:
