@@ -61,6 +61,7 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
     "activation": {"b": [1, 8, 32, 64], "c": [64, 256, 768, 1024, 2048, 4096], "hw": [7, 14, 28, 56, 112],
                    "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
     "pointwise": {"b": [1, 8, 32, 64], "c": _HIDDEN, "t": _TOKENS, "chain": list(range(len(CHAINS)))},
+    "softmax": {"b": [1, 8, 32, 64], "m": _TOKENS, "c": [8, 64, 512, 2048, 4096, 32000]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -82,6 +83,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         "conv1d": p.get("b", 0) * p.get("cin", 0) * p.get("l", 0),
         "dwconv1d": p.get("b", 0) * p.get("c", 0) * p.get("l", 0),
         "pointwise": p.get("b", 0) * p.get("c", 0) * p.get("t", 0),
+        "softmax": p.get("b", 0) * p.get("m", 0) * p.get("c", 0),
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes

@@ -98,6 +98,12 @@ _BUILDERS: dict[str, _Builder] = {
     # Chains of pointwise operators as models write them (Snake, an RMSNorm written out, rotary positions, a
     # residual add, …: :mod:`pipeplan.costmodel.pointwise_chains`), last for the same reason.
     "pointwise": build_chain,
+    # Softmax over the last dim of b×m×c, last for the same reason. Attention fused by SDPA hides its own, but
+    # gated blocks (PatchTSMixer's gating over 7 input channels), routers and eager attention run it as a layer
+    # of its own, and on a CPU core a row shorter than one vector costs more than a long one (the Zen 4: 130-150 ns
+    # a row of 7 or 8 values, 22 ns one of 16, 85 ns one of 128). Added 2026-11-28: until then training said "no
+    # rows at all for softmax" and PatchTSMixer's were priced at a fifth of their time.
+    "softmax": lambda p: (nn.Softmax(dim=-1), (_randn(p["b"], p["m"], p["c"]),)),
 }
 # activation's ``op``: a name for it and the module that applies it. The tanh-approximated GELU (op 7, the
 # GELU of GPT-BigCode, Gemma and Starcoder2; added 2026-11-28) is given by key only: putting it in the grid's
@@ -163,6 +169,9 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
     # b×t×c tokens (b×c×t for the channel-first chains), each chain of pointwise_chains.CHAINS alike
     "pointwise": {"b": [1, 2, 4, 8], "c": [16, 32, 64, 128, 256, 384, 512, 768, 1024, 2048],
                   "t": [8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192], "chain": list(range(len(CHAINS)))},
+    # rows of 2 to 4,096 values, short rows (gates over a few channels or experts) drawn as often as long ones
+    "softmax": {"b": [1, 2, 4, 8], "m": [1, 8, 16, 64, 256, 1024, 4096],
+                "c": [2, 4, 7, 8, 16, 31, 64, 128, 256, 512, 1024, 2048, 4096]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9

@@ -17,12 +17,14 @@ def _profile(name: str):
 def test_the_zen4_has_every_sweep_shape_of_the_xeon_and_its_own_besides() -> None:
     assert missing_configs(_profile("xeon"), _profile("epyc-zen4")) == []
     extra = missing_configs(_profile("epyc-zen4"), _profile("xeon"))
-    by_kind = {kind: [c for c in extra if c.startswith(f"{kind}:")] for kind in ("activation", "conv2d", "pointwise")}
-    assert sum(map(len, by_kind.values())) == len(extra) == 37 + 80 + 12
+    kinds = ("activation", "conv2d", "pointwise", "softmax")
+    by_kind = {kind: [c for c in extra if c.startswith(f"{kind}:")] for kind in kinds}
+    assert sum(map(len, by_kind.values())) == len(extra) == 37 + 80 + 12 + 40
     assert len(by_kind["activation"]) == 37 and all(c.endswith(",op=7") for c in by_kind["activation"])  # tanh GELU
     # wide convolutions (384-3,072 channels in; the grid stops at 256) and small Snake chains
     assert len(by_kind["conv2d"]) == 80 and all(int(c.split("cin=")[1].split(",")[0]) >= 384 for c in by_kind["conv2d"])
     assert len(by_kind["pointwise"]) == 12 and all(c.endswith(",chain=0") for c in by_kind["pointwise"])
+    assert by_kind["softmax"] == [s.key for s in select_layers("softmax", 40, gpu=False)[0]]
 
 
 def test_the_keys_printed_are_the_shapes_profile_builds(capsys) -> None:
