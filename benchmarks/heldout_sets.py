@@ -1,0 +1,93 @@
+"""Every held-out set at once: the ``--models`` list for ``model_profile.py``, and its table summed up per set.
+
+Each session scores all the held-out sets and compares models per set (median |error|, worst, how many
+within 25%); both steps used to be rewritten from scratch in /tmp.
+
+    .venv/bin/python benchmarks/model_profile.py --rounds 3 --learned learned,NEW.zip \\
+        --models "$(.venv/bin/python benchmarks/heldout_sets.py --models)" > all-sets.md
+    .venv/bin/python benchmarks/heldout_sets.py all-sets.md
+
+The sets are read from the tuples of ``model_profile.py`` (``MODELS``, the first set), ``heldout_models.py``
+and ``heldout_models_more.py``, without importing them (no torch needed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_FIRST = ("MODELS", "THIRD", "FOURTH", "FIFTH", "SIXTH", "SEVENTH", "EIGHTH", "NINTH", "TENTH", "ELEVENTH",
+          "TWELFTH", "THIRTEENTH")
+_LATER = ("FOURTEENTH", "FIFTEENTH", "SIXTEENTH", "SEVENTEENTH", "EIGHTEENTH", "NINETEENTH", "TWENTIETH")
+
+
+def _tuples(path: Path) -> dict[str, list[str]]:
+    text = path.read_text()
+    return {m.group(1): re.findall(r'"(\w+)"', m.group(2))
+            for m in re.finditer(r"^([A-Z]+) = \(([^)]*)\)", text, re.MULTILINE)}
+
+
+def held_out_sets() -> dict[str, list[str]]:
+    """Set name → its factories as ``model_profile.py --models`` takes them; the first fifteen are one set."""
+    first, older, more = (_tuples(HERE / f) for f in ("model_profile.py", "heldout_models.py",
+                                                        "heldout_models_more.py"))
+    sets = {"first to fifteenth": [*first["MODELS"], *(f"benchmarks/heldout_models.py:{n}"
+                                                       for key in _FIRST for n in older[key])]}
+    for key in _LATER:
+        names = [f"benchmarks/heldout_models_more.py:{n}" for n in more.get(key, [])]
+        if key in ("FOURTEENTH", "FIFTEENTH"):  # written before the sets were scored apart
+            sets["first to fifteenth"] += names
+        elif names:
+            sets[key.lower()] = names
+    return sets
+
+
+def summarise(table: Path) -> list[str]:
+    """Markdown rows: per set and per ``… (err)`` column of a ``model_profile.py`` table, median |error| /
+    worst / models within 25%."""
+    lines = []
+    for line in table.read_text().splitlines():
+        if line.startswith("| model | operator"):  # the --by-op table that may follow
+            break
+        if line.startswith("| ") and not line.startswith("|---"):
+            lines.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    head, rows = lines[0], lines[1:]
+    columns = [i for i, name in enumerate(head) if name.endswith("(err)")]
+    errors = {row[0]: [float(re.search(r"\(([-+]?\d+)%\)", row[i]).group(1)) for i in columns]
+              for row in rows}
+    sets = {name: [m.split(":")[-1] for m in models] for name, models in held_out_sets().items()}
+    sets["all"] = list(errors)
+    out = ["| set | " + " | ".join(head[i].removesuffix(" ms (err)").split("/")[-1] for i in columns) + " |",
+           "|---|" + "---:|" * len(columns)]
+    for name, models in sets.items():
+        scored = [m for m in models if m in errors]
+        if not scored:
+            continue
+        cells = []
+        for j in range(len(columns)):
+            errs = [errors[m][j] for m in scored]
+            worst = max(errs, key=abs)
+            cells.append(f"{statistics.median(map(abs, errs)):.0f}% / {worst:+.0f}% / "
+                         f"{sum(abs(e) <= 25 for e in errs)} of {len(errs)}")
+        out.append(f"| {name} | " + " | ".join(cells) + " |")
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("table", nargs="?", type=Path, help="a model_profile.py output to sum up per set")
+    parser.add_argument("--models", action="store_true", help="print every held-out model, comma-separated")
+    args = parser.parse_args()
+    if args.models:
+        print(",".join(m for models in held_out_sets().values() for m in models))
+    elif args.table:
+        print("\n".join(summarise(args.table)))
+    else:
+        parser.error("give a model_profile.py table, or --models")
+
+
+if __name__ == "__main__":
+    main()
