@@ -19,9 +19,11 @@ import statistics
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_FIRST = ("MODELS", "THIRD", "FOURTH", "FIFTH", "SIXTH", "SEVENTH", "EIGHTH", "NINTH", "TENTH", "ELEVENTH",
-          "TWELFTH", "THIRTEENTH")
-_LATER = ("FOURTEENTH", "FIFTEENTH", "SIXTEENTH", "SEVENTEENTH", "EIGHTEENTH", "NINETEENTH", "TWENTIETH")
+# Every tuple of NAMES in these files is a held-out set, in file order; a new set's file goes last here.
+_FILES = ("model_profile.py", "heldout_models.py", "heldout_models_more.py")
+# Written before the sets were scored apart, the first fifteen are scored as one (model_profile.py's MODELS and
+# every set of heldout_models.py are among them).
+_SCORED_TOGETHER = ("FOURTEENTH", "FIFTEENTH")
 
 
 def _tuples(path: Path) -> dict[str, list[str]]:
@@ -32,16 +34,12 @@ def _tuples(path: Path) -> dict[str, list[str]]:
 
 def held_out_sets() -> dict[str, list[str]]:
     """Set name → its factories as ``model_profile.py --models`` takes them; the first fifteen are one set."""
-    first, older, more = (_tuples(HERE / f) for f in ("model_profile.py", "heldout_models.py",
-                                                        "heldout_models_more.py"))
-    sets = {"first to fifteenth": [*first["MODELS"], *(f"benchmarks/heldout_models.py:{n}"
-                                                       for key in _FIRST for n in older[key])]}
-    for key in _LATER:
-        names = [f"benchmarks/heldout_models_more.py:{n}" for n in more.get(key, [])]
-        if key in ("FOURTEENTH", "FIFTEENTH"):  # written before the sets were scored apart
-            sets["first to fifteenth"] += names
-        elif names:
-            sets[key.lower()] = names
+    sets: dict[str, list[str]] = {"first to fifteenth": []}
+    for i, file in enumerate(_FILES):
+        for key, names in _tuples(HERE / file).items():
+            models = names if i == 0 else [f"benchmarks/{file}:{n}" for n in names]
+            together = i < 2 or key in _SCORED_TOGETHER
+            sets.setdefault("first to fifteenth" if together else key.lower(), []).extend(models)
     return sets
 
 
