@@ -7,8 +7,8 @@ within 25%); both steps used to be rewritten from scratch in /tmp.
         --models "$(.venv/bin/python benchmarks/heldout_sets.py --models)" > all-sets.md
     .venv/bin/python benchmarks/heldout_sets.py all-sets.md
 
-The sets are read from the tuples of ``model_profile.py`` (``MODELS``, the first set), ``heldout_models.py``
-and ``heldout_models_more.py``, without importing them (no torch needed).
+The sets are read from the tuples of ``model_profile.py`` (``MODELS``, the first set), ``heldout_models.py``,
+``heldout_models_more.py`` and ``heldout_models_21st.py``, without importing them (no torch needed).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Every tuple of NAMES in these files is a held-out set, in file order; a new set's file goes last here.
-_FILES = ("model_profile.py", "heldout_models.py", "heldout_models_more.py")
+_FILES = ("model_profile.py", "heldout_models.py", "heldout_models_more.py", "heldout_models_21st.py")
 # Written before the sets were scored apart, the first fifteen are scored as one (model_profile.py's MODELS and
 # every set of heldout_models.py are among them).
 _SCORED_TOGETHER = ("FOURTEENTH", "FIFTEENTH")
@@ -29,7 +29,7 @@ _SCORED_TOGETHER = ("FOURTEENTH", "FIFTEENTH")
 def _tuples(path: Path) -> dict[str, list[str]]:
     text = path.read_text()
     return {m.group(1): re.findall(r'"(\w+)"', m.group(2))
-            for m in re.finditer(r"^([A-Z]+) = \(([^)]*)\)", text, re.MULTILINE)}
+            for m in re.finditer(r"^([A-Z_]+) = \(([^)]*)\)", text, re.MULTILINE)}
 
 
 def held_out_sets() -> dict[str, list[str]]:
@@ -39,7 +39,7 @@ def held_out_sets() -> dict[str, list[str]]:
         for key, names in _tuples(HERE / file).items():
             models = names if i == 0 else [f"benchmarks/{file}:{n}" for n in names]
             together = i < 2 or key in _SCORED_TOGETHER
-            sets.setdefault("first to fifteenth" if together else key.lower(), []).extend(models)
+            sets.setdefault("first to fifteenth" if together else key.lower().replace("_", "-"), []).extend(models)
     return sets
 
 

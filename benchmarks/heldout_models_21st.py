@@ -1,0 +1,102 @@
+"""Held-out sets from the twenty-first on (``heldout_models_more.py`` holds the fourteenth to the twentieth,
+``heldout_models.py`` the first thirteen; each says why it was written when it was).
+
+The twenty-first (``TWENTY_FIRST``) was written on 2026-11-28 at 22:40 UTC, on the Zen 3 EPYC (cpu family 25,
+model 1), before that CPU's rows of 2026-11-25 (resizes, activations, 1-D convolutions, unfolds, folds,
+channels-last twins) were trained on and before it profiled the kinds the Zen 4 gained since (pointwise chains,
+tanh GELUs, wide convolutions, small Snake chains, softmax; the HuBERT, ResNet-vd and BigVGAN tuning families).
+Those additions were chosen from the other CPUs' misses on the fourteenth to twentieth sets, so on this CPU only
+a set written before them judges them: ViTDet (windowed and global attention with decomposed relative position
+biases), CANINE (characters hashed into embeddings, a local transformer, a strided 1-D convolution down and a
+transposed one up), Nyströmformer (landmark attention: segment means and an iterative pseudo-inverse, a
+depthwise convolution over values), Perceiver (cross-attention from 256 inputs to 32 latents), RecurrentGemma
+(a real-gated linear recurrence scanned step by step, a causal 1-D convolution, local attention), GroupViT
+(group tokens assigned by a hard Gumbel softmax) and ESM (a protein encoder with rotary attention and token
+dropout scaling). All are small ``transformers`` configs with random weights, in no earlier set, the zoo,
+``tests/tiny_models.py`` or the tuning set. Each factory is a valid MODEL
+(``benchmarks/heldout_models_21st.py:vitdet``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def vitdet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer ViTDet backbone: 8×8 patches of a 64×64 image, attention in 4×4 windows in layers 0 and 2 and
+    global in 1 and 3, decomposed relative position biases, a residual convolution block after layers 1 and 3."""
+    from transformers import VitDetConfig, VitDetModel
+
+    config = VitDetConfig(image_size=64, pretrain_image_size=64, patch_size=8, hidden_size=96, num_hidden_layers=4,
+                          num_attention_heads=4, window_block_indices=[0, 2], residual_block_indices=[1, 3],
+                          use_relative_position_embeddings=True, window_size=4)
+    return VitDetModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def canine(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer CANINE over 256 characters: 8 hashed embeddings summed, a local transformer in blocks of 32, a
+    strided 1-D convolution down 4×, the deep stack, a 1-D convolution back up."""
+    from transformers import CanineConfig, CanineModel
+
+    config = CanineConfig(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, intermediate_size=512,
+                          max_position_embeddings=1024, num_hash_buckets=2048, local_transformer_stride=32)
+    return CanineModel(config), (torch.randint(0, 1000, (batch_size, 256)),)
+
+
+def nystromformer(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer Nyströmformer encoder over 128 tokens: 16 landmarks, a 6-step iterative pseudo-inverse, a
+    depthwise 33-wide convolution over the values."""
+    from transformers import NystromformerConfig, NystromformerModel
+
+    config = NystromformerConfig(vocab_size=1000, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+                                 intermediate_size=512, max_position_embeddings=512, segment_means_seq_len=128,
+                                 num_landmarks=16, conv_kernel_size=33)
+    return NystromformerModel(config), (torch.randint(0, 1000, (batch_size, 128)),)
+
+
+def perceiver(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A Perceiver: 256 inputs of 64 features cross-attended by 32 latents of 128, then 4 self-attention
+    layers over the latents."""
+    from transformers import PerceiverConfig, PerceiverModel
+
+    config = PerceiverConfig(num_latents=32, d_latents=128, d_model=64, num_blocks=1, num_self_attends_per_block=4,
+                             num_self_attention_heads=4, num_cross_attention_heads=1)
+    return PerceiverModel(config), (torch.randn(batch_size, 256, 64),)
+
+
+def recurrent_gemma(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer RecurrentGemma (two recurrent blocks: a causal 1-D convolution and a real-gated linear
+    recurrence scanned token by token; one local-attention block), 64 tokens."""
+    from transformers import RecurrentGemmaConfig, RecurrentGemmaForCausalLM
+
+    config = RecurrentGemmaConfig(num_hidden_layers=3, vocab_size=1000, hidden_size=128, intermediate_size=384,
+                                  num_attention_heads=4, lru_width=128, attention_window_size=32, use_cache=False)
+    return RecurrentGemmaForCausalLM(config), (torch.randint(0, 1000, (batch_size, 64)),)
+
+
+def groupvit_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """GroupViT's vision tower: 8×8 patches of a 64×64 image with 16 group tokens, grouped into 16 and then 4
+    segments by hard Gumbel-softmax assignment, 4 layers."""
+    from transformers import GroupViTVisionConfig, GroupViTVisionModel
+
+    config = GroupViTVisionConfig(hidden_size=96, intermediate_size=256, depths=[2, 1, 1], num_hidden_layers=4,
+                                  num_group_tokens=[16, 4, 0], num_output_groups=[16, 4, 4], num_attention_heads=4,
+                                  image_size=64, patch_size=8)
+    return GroupViTVisionModel(config), (torch.randn(batch_size, 3, 64, 64),)
+
+
+def esm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer ESM protein encoder over 128 residues: rotary attention, token-dropout rescaling of the
+    embeddings, a final LayerNorm."""
+    from transformers import EsmConfig, EsmModel
+
+    config = EsmConfig(vocab_size=33, mask_token_id=32, pad_token_id=1, hidden_size=128, num_hidden_layers=4,
+                       num_attention_heads=4, intermediate_size=512, max_position_embeddings=256,
+                       position_embedding_type="rotary", token_dropout=True, emb_layer_norm_before=False)
+    return EsmModel(config), (torch.randint(4, 30, (batch_size, 128)),)
+
+
+TWENTY_FIRST = ("vitdet", "canine", "nystromformer", "perceiver", "recurrent_gemma", "groupvit_vision", "esm")
