@@ -5,16 +5,20 @@ The twenty-first (``TWENTY_FIRST``) was written on 2026-11-28 at 22:40 UTC, on t
 model 1), before that CPU's rows of 2026-11-25 (resizes, activations, 1-D convolutions, unfolds, folds,
 channels-last twins) were trained on and before it profiled the kinds the Zen 4 gained since (pointwise chains,
 tanh GELUs, wide convolutions, small Snake chains, softmax; the HuBERT, ResNet-vd and BigVGAN tuning families).
-Those additions were chosen from the other CPUs' misses on the fourteenth to twentieth sets, so on this CPU only
-a set written before them judges them: ViTDet (windowed and global attention with decomposed relative position
-biases), CANINE (characters hashed into embeddings, a local transformer, a strided 1-D convolution down and a
-transposed one up), Nyströmformer (landmark attention: segment means and an iterative pseudo-inverse, a
-depthwise convolution over values), Perceiver (cross-attention from 256 inputs to 32 latents), RecurrentGemma
-(a real-gated linear recurrence scanned step by step, a causal 1-D convolution, local attention), GroupViT
-(group tokens assigned by a hard Gumbel softmax) and ESM (a protein encoder with rotary attention and token
-dropout scaling). All are small ``transformers`` configs with random weights, in no earlier set, the zoo,
-``tests/tiny_models.py`` or the tuning set. Each factory is a valid MODEL
-(``benchmarks/heldout_models_21st.py:vitdet``).
+Those additions were chosen from the other CPUs' misses on the fourteenth to twentieth sets, so on this CPU only a
+set written before them judges them: ViTDet (windowed and global attention with decomposed relative position
+biases), CANINE (characters hashed into embeddings, a local transformer, a strided 1-D convolution down to
+molecules, and a 1-D convolution over the molecules repeated back beside the characters), Perceiver (cross-
+attention from 256 inputs to 32 latents), RecurrentGemma (a real-gated linear recurrence scanned step by step, a
+causal 1-D convolution, local attention), GroupViT (group tokens assigned by a hard Gumbel softmax) and ESM (a
+protein encoder with rotary attention and token dropout scaling). All are small ``transformers`` configs with
+random weights, in no earlier set, the zoo, ``tests/tiny_models.py`` or the tuning set. Each factory is a valid
+MODEL (``benchmarks/heldout_models_21st.py:vitdet``).
+
+Nyströmformer (landmark attention) was written into the set and dropped before anything was scored: its eager
+forward runs, but torch.export fails on it (``nystromformer`` below, kept to show it), since transformers builds
+a [b, 1, 128, 128] mask its attention broadcasts against [b, 4, 16, 128] landmarks; pipeplan reports this
+as a ``CaptureError`` naming the two shapes.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ def vitdet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 def canine(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     """A 3-layer CANINE over 256 characters: 8 hashed embeddings summed, a local transformer in blocks of 32, a
-    strided 1-D convolution down 4×, the deep stack, a 1-D convolution back up."""
+    strided 1-D convolution down 4×, the deep stack, the molecules repeated back and convolved (1-D) with the
+    characters."""
     from transformers import CanineConfig, CanineModel
 
     config = CanineConfig(hidden_size=128, num_hidden_layers=3, num_attention_heads=4, intermediate_size=512,
@@ -99,4 +104,4 @@ def esm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     return EsmModel(config), (torch.randint(4, 30, (batch_size, 128)),)
 
 
-TWENTY_FIRST = ("vitdet", "canine", "nystromformer", "perceiver", "recurrent_gemma", "groupvit_vision", "esm")
+TWENTY_FIRST = ("vitdet", "canine", "perceiver", "recurrent_gemma", "groupvit_vision", "esm")
