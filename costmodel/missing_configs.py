@@ -5,8 +5,8 @@ another's shape by shape), but kinds were added one CPU at a time. A session on 
 up by profiling the keys another CPU has:
 
     pipeplan profile --layers "$(python -m pipeplan.costmodel.missing_configs \\
-        costmodel/data/profile-cpu-xeon.csv costmodel/data/profile-cpu-epyc-zen3.csv --kinds activation,pointwise)" \\
-        --repeats 3 --loaded-window-ms 60 --out costmodel/data/profile-cpu-epyc-zen3.csv --append
+        costmodel/data/profile-cpu-epyc-zen4.csv costmodel/data/profile-cpu-epyc.csv --kinds activation,pointwise)" \\
+        --repeats 3 --loaded-window-ms 60 --out costmodel/data/profile-cpu-epyc.csv --append
 
 Only sweep rows count (a zoo layer or an in-model row has no key to rebuild it from). A configuration present
 at some contention levels only still counts as present: its missing levels are a matter of ``--levels``.

@@ -8,7 +8,8 @@ architectures below: small configurations of ``transformers`` models and of the 
 widths, sequence lengths, image sizes and batch sizes (and audio lengths: HuBERT, since 2026-11-25, with
 1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake activations), random weights, nothing
 downloaded. Each CPU's in-model CSV holds the families that existed when it was profiled: the Zen 4's has
-all; the others lack ``resnet_vd`` and ``bigvgan`` (``--only resnet_vd,bigvgan`` adds them).
+all, the Zen 3's too (since 2026-11-28); the others lack ``resnet_vd`` and ``bigvgan`` (``--only resnet_vd,bigvgan``
+adds them).
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.

@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -24,6 +25,10 @@ from pipeplan.costmodel.profile import targets_from_specs
 from pipeplan.costmodel.registry import SHIPPED, load_cost_model
 from pipeplan.errors import UsageError
 from tests.reference_device import reference_device
+
+# The Zen 3's model as shipped from 2026-11-24 to 2026-11-28: trained before the feature, as a user's own older
+# model files are (every shipped model has the feature since).
+BEFORE_THE_FEATURE = Path(__file__).parents[1] / "data" / "learned-before-channels-last.zip"
 
 
 class TokensToMap(nn.Module):
@@ -142,8 +147,9 @@ def test_datasets_store_the_layout_and_older_files_need_the_backfill(tmp_path) -
 
 def test_model_files_from_before_the_feature_load_and_predict_with_what_they_have() -> None:
     graph = capture(TokensToMap().eval(), (torch.randn(2, 64, 16),))
-    for shipped in SHIPPED:
-        model = load_cost_model(f"learned-{shipped.name}")
+    models = [load_cost_model(f"learned-{shipped.name}") for shipped in SHIPPED]
+    models.append(LearnedCostModel.load(BEFORE_THE_FEATURE))
+    for model in models:
         assert isinstance(model, LearnedCostModel)
         numeric = model.fitted.numeric
         assert numeric == NUMERIC[:len(numeric)]
@@ -155,9 +161,9 @@ def test_model_files_from_before_the_feature_load_and_predict_with_what_they_hav
 
 
 def test_a_model_file_from_before_the_feature_refits_its_correction_on_its_own_features(tmp_path) -> None:
-    (zen3,) = [s for s in SHIPPED if s.name == "epyc-zen3"]  # trained before the feature
-    model = load_cost_model("learned-epyc-zen3")
-    assert isinstance(model, LearnedCostModel) and "channels_last" not in model.fitted.numeric
+    (zen3,) = [s for s in SHIPPED if s.name == "epyc-zen3"]  # the CPU the old file was trained on
+    model = LearnedCostModel.load(BEFORE_THE_FEATURE)
+    assert "channels_last" not in model.fitted.numeric
     rows = read_dataset(zen3.dataset.parent / "inmodel-cpu-epyc-zen3.csv")[:400]
     model.fit_in_model(rows, evaluate=False)
     assert model.in_model is not None and model.in_model.numeric == model.fitted.numeric

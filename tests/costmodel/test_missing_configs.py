@@ -28,12 +28,17 @@ def test_the_zen4_has_every_sweep_shape_of_the_xeon_and_its_own_besides() -> Non
 
 
 def test_the_keys_printed_are_the_shapes_profile_builds(capsys) -> None:
-    assert main([str(_profile("xeon")), str(_profile("epyc-zen3")), "--kinds", "pointwise,unfold"]) == 0
+    assert main([str(_profile("epyc-zen4")), str(_profile("epyc")), "--kinds", "pointwise,softmax"]) == 0
     out, err = capsys.readouterr()
     specs, models = select_layers(out.strip(), per_kind=0, gpu=False)
-    assert models == [] and len(specs) == 160 and {s.kind for s in specs} == {"pointwise", "unfold"}
-    assert [s.key for s in specs] == missing_configs(_profile("xeon"), _profile("epyc-zen3"), ["pointwise", "unfold"])
-    assert "160 configurations" in err and "80 unfold" in err and "80 pointwise" in err
+    assert models == [] and len(specs) == 132 and {s.kind for s in specs} == {"pointwise", "softmax"}
+    assert [s.key for s in specs] == missing_configs(_profile("epyc-zen4"), _profile("epyc"), ["pointwise", "softmax"])
+    assert "132 configurations" in err and "92 pointwise" in err and "40 softmax" in err
+
+
+def test_the_zen3_caught_up_with_the_zen4() -> None:
+    assert missing_configs(_profile("epyc-zen4"), _profile("epyc-zen3")) == []
+    assert missing_configs(_profile("xeon"), _profile("epyc-zen3")) == []
 
 
 def test_a_file_that_is_not_a_profile_is_named(tmp_path, capsys) -> None:
