@@ -82,6 +82,10 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each stage count, interleaved")
     parser.add_argument("--schedule", default="1f1b", choices=("1f1b", "gpipe"), help="the executor's (1f1b)")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="record each run's stage times in the calibration store ($PIPEPLAN_CALIBRATION), as "
+                             "`pipeplan run` does; off by default, so that a benchmark neither changes the "
+                             "user's store nor, with --costmodel calibrated:…, calibrates itself as it goes")
     args = parser.parse_args()
     models = {"small": SMALL, "large": LARGE, "all": SMALL + LARGE}.get(args.models, args.models.split(","))
     cost = None if args.costmodel == "profile" else load_cost_model(args.costmodel)
@@ -140,7 +144,7 @@ def _run(graph: ModelGraph, model: CostModel, folder: Path, k: int, args: argpar
     plan = time_balanced(problem)
     plan.cluster = str(spec)
     report = run_plan(plan, options=RunOptions(batches=args.batches, check_batches=1, cluster=str(spec),
-                                                schedule=args.schedule))
+                                                schedule=args.schedule, calibrate=args.calibrate))
     assert report is not None and report.check is not None
     slowest = max(report.stages, key=lambda s: s.measured["compute"])
     errors = [abs(s.error["compute"]) for s in report.stages if s.error["compute"] is not None]
