@@ -9,6 +9,7 @@ import pytest
 
 from pipeplan.costmodel.dataset import COLUMNS, read_dataset, replace_rows, write_rows
 from pipeplan.costmodel.registry import SHIPPED_DATASET, SHIPPED_NAMES
+from pipeplan.costmodel.source import capture_source
 from tests.cli_run import run
 
 
@@ -59,18 +60,23 @@ def test_train_then_report_writes_a_model_tables_and_pictures(tmp_path: Path) ->
 
 
 def test_the_learned_model_moves_work_off_a_loaded_core(tmp_path: Path) -> None:
-    """Two compute co-runners on cpu0: the learned model sees it, so cpu0 gets the smaller share."""
-    def compute_share_of_cpu0(*load: str) -> float:
+    """Two compute co-runners on cpu0: the learned model sees it, so cpu0 gets the smaller share of the work.
+
+    Work, not time: a balanced plan gives each stage about the same time whatever the loads, so the share of
+    the FLOPs a device runs is what moves (a time share passed or failed by a rounding of the split)."""
+    flops = {layer.name: layer.flops for layer in capture_source("mlp", 64).layers}
+
+    def work_share_of_cpu0(*load: str) -> float:
         out = tmp_path / "plan.json"
         result = run("plan", "mlp", "--batch", "64", "--cluster", "local-cpu", "--costmodel", "learned",
                      "--time-limit", "5", "--out", str(out), *load)
         assert result.returncode == 0, result.stderr
-        stages = json.loads(out.read_text())["stages"]
-        assert json.loads(out.read_text())["costmodel"] == "learned"
-        total = sum(s["compute"] for s in stages)
-        return sum(s["compute"] for s in stages if s["device"] == "cpu0") / total
+        plan = json.loads(out.read_text())
+        assert plan["costmodel"] == "learned"
+        on_cpu0 = [name for s in plan["stages"] if s["device"] == "cpu0" for name in s["layers"]]
+        return sum(flops[name] for name in on_cpu0) / sum(flops.values())
 
-    idle, loaded = compute_share_of_cpu0(), compute_share_of_cpu0("--load", "cpu0=2xcompute")
+    idle, loaded = work_share_of_cpu0(), work_share_of_cpu0("--load", "cpu0=2xcompute")
     assert loaded < idle
 
 
