@@ -6,7 +6,6 @@ Heavy imports happen inside the command functions so that ``pipeplan --help`` an
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 from typing import Any
 
@@ -89,7 +88,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pipeplan.costmodel.dataset import check_appendable, replace_rows
+    from pipeplan.costmodel.dataset import check_appendable, read_dataset, replace_rows
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
 
@@ -138,8 +137,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
     if staged == out:
         console.print(f"{rows} measurements written to {out}")
         return
-    with user_input(f"--out {out}"), staged.open(newline="") as fh:
-        dropped, written = replace_rows(out, csv.DictReader(fh))
+    with user_input(f"--out {out}"):  # read as every dataset is: typed, checked, optional columns filled
+        dropped, written = replace_rows(out, read_dataset(staged))
     staged.unlink()
     console.print(f"{written} measurements written to {out}, in place of {dropped} earlier ones of the same layers")
 

@@ -141,7 +141,7 @@ def test_replace_rows_refuses_a_row_the_file_cannot_hold_and_leaves_it_unchanged
     with pytest.raises(ValueError, match="has no dtype column"):
         replace_rows(old, [{**rows[0], "dtype": "bf16"}])
     assert old.read_text() == before and sorted(p.name for p in tmp_path.iterdir()) == ["data.csv", "old.csv"]
-    # rows read back as text (what --replace swaps in) hold a default as "0": storable without its column
+    # rows read back as text (a csv.DictReader of a profile) hold a default as "0": storable without its column
     text = {k: "" if v != v else str(v) for k, v in rows[0].items()}
     old.write_text(",".join(c for c in COLUMNS if c not in ("dtype", "channels_last")) + "\n")
     assert replace_rows(old, [text]) == (0, 1) and read_dataset(old)[0]["config"] == rows[0]["config"]
