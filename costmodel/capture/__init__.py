@@ -28,6 +28,10 @@ tokens and positions) and one layer per call (``enc@1``) when merging would crea
 Complexity: linear in the number of exported operators, plus one acyclicity check per module
 that is called more than once.
 
+Before grouping, :mod:`~pipeplan.costmodel.capture.noops` removes the casts to a dtype a tensor
+already has, which eager PyTorch skips and export keeps (with a metadata check each): the executor's
+stages run this graph, and a cast in a loop would cost a dispatch per step.
+
 The rules above are :mod:`~pipeplan.costmodel.capture.grouping`'s; the graph is built from their
 groups by :mod:`~pipeplan.costmodel.capture.assemble`.
 """
@@ -47,6 +51,7 @@ from torch.export.graph_signature import InputKind
 from pipeplan.costmodel.capture.assemble import CapturedProgram, assemble_graph
 from pipeplan.costmodel.capture.features import OpStats, op_stats, tensor_bytes
 from pipeplan.costmodel.capture.grouping import group_operators
+from pipeplan.costmodel.capture.noops import drop_noop_conversions
 from pipeplan.costmodel.capture.ops import report_uncounted
 from pipeplan.costmodel.capture.owners import Owners
 from pipeplan.costmodel.graph import Layer, ModelGraph
@@ -125,6 +130,7 @@ def capture_program(
     owners = Owners(model, *parse_granularity(granularity))
     model.eval()
     ep = _export(model, args, kwargs)
+    dropped = drop_noop_conversions(ep)  # stages run this graph: no dispatch eager would skip
     try:
         stats = op_stats(ep, args, kwargs)
     except Exception as exc:  # an operator the FLOP counter cannot run; say which and why
@@ -148,6 +154,8 @@ def capture_program(
         leaf = _layers(name, "leaf", Owners(model, "leaf", None), ops, graph_nodes, placeholder_kind, stats,
                        ep, args, kwargs)
         _attach_parts(captured, leaf)
+    if dropped:
+        log.info("%s: removed %d conversion(s) to the dtype a tensor already has", name, dropped)
     if dead:
         scopes = list(dict.fromkeys(_dead_name(owners, n) for n in dead))
         graph.meta["dropped_dead"] = scopes
