@@ -8,8 +8,8 @@ architectures below: small configurations of ``transformers`` models and of the 
 widths, sequence lengths, image sizes and batch sizes (and audio lengths: HuBERT, since 2026-11-25, with
 1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake activations), random weights, nothing
 downloaded. Each CPU's in-model CSV holds the families that existed when it was profiled: the Zen 4's has
-all, the Zen 3's too (since 2026-11-28); the others lack ``resnet_vd`` and ``bigvgan`` (``--only resnet_vd,bigvgan``
-adds them).
+all; the Zen 3's all but ``resnet_basic`` (added 2026-11-29); the others lack ``resnet_vd``, ``bigvgan`` and
+``resnet_basic`` (``--only resnet_vd,bigvgan,resnet_basic`` adds them).
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
@@ -164,6 +164,16 @@ def resnet(batch_size: int = 2, image_size: int = 96, width: int = 32) -> Built:
     return ResNetForImageClassification(config), (_images(batch_size, image_size),)
 
 
+def resnet_basic(batch_size: int = 2, image_size: int = 64, width: int = 64) -> Built:
+    """ResNet with basic blocks (two 3×3 convolutions each, as ResNet-18 and -34), 4 stages to 8 × ``width``
+    channels: 3×3 convolutions of 64-512 channels on maps of 2-40 px."""
+    from transformers import ResNetConfig, ResNetForImageClassification
+
+    config = ResNetConfig(embedding_size=width, hidden_sizes=[width, 2 * width, 4 * width, 8 * width],
+                          depths=[1, 1, 1, 1], layer_type="basic")
+    return ResNetForImageClassification(config), (_images(batch_size, image_size),)
+
+
 def resnet_vd(batch_size: int = 2, image_size: int = 64, width: int = 64) -> Built:
     """RT-DETR's ResNet-vd backbone (a 3-convolution stem, average-pooled shortcuts), bottleneck blocks to
     32 × ``width`` channels: its last stage runs on 1-3 px maps, where a convolution is ten times slower per
@@ -291,6 +301,9 @@ _VISION_TRANSFORMERS = tuple({**s, "width": 64 * (i + 1)} for i, s in enumerate(
 # Wide channels on small maps: 1,024-3,072 channels on 1-3 px maps last.
 _WIDE = ({"batch_size": 1, "image_size": 48, "width": 64}, {"batch_size": 2, "image_size": 64, "width": 96},
          {"batch_size": 4, "image_size": 32, "width": 48}, {"batch_size": 2, "image_size": 96, "width": 32})
+# Basic blocks: ResNet-18/34 widths (64-512 channels) and thinner ones, on 2-40 px maps.
+_BASIC = ({"batch_size": 1, "image_size": 128, "width": 64}, {"batch_size": 2, "image_size": 64, "width": 32},
+          {"batch_size": 4, "image_size": 48, "width": 48}, {"batch_size": 2, "image_size": 160, "width": 16})
 # Raw audio: 0.125-1 s at 16 kHz, so the convolutional stem's 1-D maps run 50-3,200 steps wide.
 _AUDIO = ({"batch_size": 1, "samples": 16000, "width": 64}, {"batch_size": 2, "samples": 8000, "width": 128},
           {"batch_size": 4, "samples": 4000, "width": 32}, {"batch_size": 2, "samples": 2000, "width": 64})
@@ -312,6 +325,9 @@ ENTRIES: list[Entry] = [
     # added 2026-11-28: no entry had a chain of pointwise operators as an activation, and the correction
     # raised DAC's Snake layers, which the sweep prices right, 2.6× as it raises residual adds
     *_grid(bigvgan, *_VOCODER),
+    # added 2026-11-29: no entry had a basic block (only bottlenecks, whose 3×3 convolution sits between
+    # 1×1 ones), and on the Zen 4 the model priced ResNet-18's 3×3 convolutions 1.5× their in-model time
+    *_grid(resnet_basic, *_BASIC),
 ]
 
 
