@@ -155,7 +155,7 @@ def capture_program(
                        ep, args, kwargs)
         _attach_parts(captured, leaf)
     if dropped:
-        log.info("%s: removed %d conversion(s) to the dtype a tensor already has", name, dropped)
+        log.info("%s: removed %d node(s): casts to the dtype a tensor already has, and metadata checks", name, dropped)
     if dead:
         scopes = list(dict.fromkeys(_dead_name(owners, n) for n in dead))
         graph.meta["dropped_dead"] = scopes
