@@ -5,7 +5,11 @@ within 25%); both steps used to be rewritten from scratch in /tmp.
 
     .venv/bin/python benchmarks/model_profile.py --rounds 3 --learned learned,NEW.zip \\
         --models "$(.venv/bin/python benchmarks/heldout_sets.py --models)" > all-sets.md
-    .venv/bin/python benchmarks/heldout_sets.py all-sets.md
+    .venv/bin/python benchmarks/heldout_sets.py all-sets.md [--eager-from QUIET.md]
+
+This VM's speed can move by a third within one run; the models' own profiles (the ``profile`` column) show it.
+``--eager-from`` scores the table's predictions against the eager times of another run of the same models (a
+quieter one): the predictions depend on the model and the core's measured figures, not on the spell.
 
 The sets are read from the tuples of ``model_profile.py`` (``MODELS``, the first set), ``heldout_models.py``,
 ``heldout_models_more.py`` and ``heldout_models_21st.py``, without importing them (no torch needed).
@@ -43,22 +47,39 @@ def held_out_sets() -> dict[str, list[str]]:
     return sets
 
 
-def summarise(table: Path) -> list[str]:
-    """Markdown rows: per set and per ``… (err)`` column of a ``model_profile.py`` table, median |error| /
-    worst / models within 25%."""
+def _rows(table: Path) -> tuple[list[str], list[list[str]]]:
+    """The header and the model rows of a ``model_profile.py`` table, cells stripped."""
     lines = []
     for line in table.read_text().splitlines():
         if line.startswith("| model | operator"):  # the --by-op table that may follow
             break
         if line.startswith("| ") and not line.startswith("|---"):
             lines.append([cell.strip() for cell in line.strip().strip("|").split("|")])
-    head, rows = lines[0], lines[1:]
+    return lines[0], lines[1:]
+
+
+def _eager_ms(head: list[str], rows: list[list[str]]) -> dict[str, float]:
+    column = next(i for i, name in enumerate(head) if name.startswith("eager ms"))
+    return {row[0]: float(row[column].split()[0]) for row in rows}
+
+
+def summarise(table: Path, eager_from: Path | None = None) -> list[str]:
+    """Markdown rows: per set and per ``… (err)`` column of a ``model_profile.py`` table, median |error| /
+    worst / models within 25%, then each column's signed median over all models. With ``eager_from``, errors
+    are the table's predicted ms against that table's eager ms, for the models both hold."""
+    head, rows = _rows(table)
     columns = [i for i, name in enumerate(head) if name.endswith("(err)")]
-    errors = {row[0]: [float(re.search(r"\(([-+]?\d+)%\)", row[i]).group(1)) for i in columns]
-              for row in rows}
+    if eager_from is None:
+        errors = {row[0]: [float(re.search(r"\(([-+]?\d+)%\)", row[i]).group(1)) for i in columns]
+                  for row in rows}
+    else:
+        eager = _eager_ms(*_rows(eager_from))
+        errors = {row[0]: [100 * (float(row[i].split()[0]) / eager[row[0]] - 1) for i in columns]
+                  for row in rows if row[0] in eager}
     sets = {name: [m.split(":")[-1] for m in models] for name, models in held_out_sets().items()}
     sets["all"] = list(errors)
-    out = ["| set | " + " | ".join(head[i].removesuffix(" ms (err)").split("/")[-1] for i in columns) + " |",
+    names = [head[i].removesuffix(" ms (err)").split("/")[-1] for i in columns]
+    out = ["| set | " + " | ".join(names) + " |",
            "|---|" + "---:|" * len(columns)]
     for name, models in sets.items():
         scored = [m for m in models if m in errors]
@@ -71,18 +92,21 @@ def summarise(table: Path) -> list[str]:
             cells.append(f"{statistics.median(map(abs, errs)):.0f}% / {worst:+.0f}% / "
                          f"{sum(abs(e) <= 25 for e in errs)} of {len(errs)}")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
-    return out
+    signed = (f"{name} {statistics.median(e[j] for e in errors.values()):+.1f}%" for j, name in enumerate(names))
+    return [*out, "", "Signed medians, all: " + ", ".join(signed)]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("table", nargs="?", type=Path, help="a model_profile.py output to sum up per set")
     parser.add_argument("--models", action="store_true", help="print every held-out model, comma-separated")
+    parser.add_argument("--eager-from", type=Path, metavar="TABLE",
+                        help="score the predictions against this other model_profile.py run's eager times")
     args = parser.parse_args()
     if args.models:
         print(",".join(m for models in held_out_sets().values() for m in models))
     elif args.table:
-        print("\n".join(summarise(args.table)))
+        print("\n".join(summarise(args.table, args.eager_from)))
     else:
         parser.error("give a model_profile.py table, or --models")
 
