@@ -66,7 +66,7 @@ def _eager_ms(head: list[str], rows: list[list[str]]) -> dict[str, float]:
 def summarise(table: Path, eager_from: Path | None = None) -> list[str]:
     """Markdown rows: per set and per ``… (err)`` column of a ``model_profile.py`` table, median |error| /
     worst / models within 25%, then each column's signed median over all models. With ``eager_from``, errors
-    are the table's predicted ms against that table's eager ms, for the models both hold."""
+    are this table's predicted ms against the eager ms of the ``eager_from`` table, for the models both hold."""
     head, rows = _rows(table)
     columns = [i for i, name in enumerate(head) if name.endswith("(err)")]
     if eager_from is None:
@@ -92,7 +92,7 @@ def summarise(table: Path, eager_from: Path | None = None) -> list[str]:
             cells.append(f"{statistics.median(map(abs, errs)):.0f}% / {worst:+.0f}% / "
                          f"{sum(abs(e) <= 25 for e in errs)} of {len(errs)}")
         out.append(f"| {name} | " + " | ".join(cells) + " |")
-    signed = (f"{name} {statistics.median(e[j] for e in errors.values()):+.1f}%" for j, name in enumerate(names))
+    signed = (f"{column} {statistics.median(e[j] for e in errors.values()):+.1f}%" for j, column in enumerate(names))
     return [*out, "", "Signed medians, all: " + ", ".join(signed)]
 
 
