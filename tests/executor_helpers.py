@@ -1,5 +1,6 @@
-"""Helpers for the executor's tests: clusters of this machine's usable cores, plans with chosen cuts,
-and a model whose middle layer raises when it runs (but exports fine)."""
+"""Helpers for the executor's tests: clusters of this machine's usable cores, plans with chosen cuts, a
+captured model run as two stage modules in one process, and a model whose middle layer raises when it runs
+(but exports fine)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,20 @@ class Exploding(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.c(self.boom(self.a(x)))
+
+
+def run_in_two_stages(model: nn.Module, x: torch.Tensor, cut: int) -> torch.Tensor:
+    """``model(x)`` captured and split after its first ``cut`` layers, the two stage modules called in turn:
+    the first output."""
+    from pipeplan.costmodel.capture import capture_program
+    from pipeplan.executor import split_program
+
+    cp = capture_program(model, (x,))
+    names = [layer.name for layer in cp.graph.layers]
+    values: tuple[torch.Tensor, ...] = (x,)
+    for stage in split_program(cp, [names[:cut], names[cut:]]):
+        values = stage.module(*values)
+    return values[0]
 
 
 def exploding_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

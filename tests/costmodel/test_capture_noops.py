@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from pipeplan.costmodel.capture import capture_program
-from pipeplan.executor import split_program
+from pipeplan.costmodel.capture import CapturedProgram, capture_program
+from tests.executor_helpers import run_in_two_stages
 
 
 class _Scan(nn.Module):
@@ -26,8 +26,8 @@ class _Scan(nn.Module):
         return torch.stack(outs, 1).to(torch.float64)  # a real conversion, kept
 
 
-def _ops(captured: object) -> list[str]:
-    return [str(n.target) for n in captured.program.graph.nodes if n.op == "call_function"]  # type: ignore[attr-defined]
+def _ops(captured: CapturedProgram) -> list[str]:
+    return [str(n.target) for n in captured.program.graph.nodes if n.op == "call_function"]
 
 
 def test_casts_to_the_same_dtype_leave_no_trace_in_the_graph() -> None:
@@ -50,15 +50,10 @@ def test_casts_to_the_same_dtype_leave_no_trace_in_the_graph() -> None:
 def test_the_graph_without_casts_still_computes_the_model() -> None:
     torch.manual_seed(0)
     model, x = _Scan(casts=True).eval(), torch.randn(2, 6, 8)
-    captured = capture_program(model, (x,))
-    names = [layer.name for layer in captured.graph.layers]
-    values: tuple[torch.Tensor, ...] = (x,)
     with torch.no_grad():
-        for stage in split_program(captured, [names[:5], names[5:]]):
-            values = stage.module(*values)
-        expected = model(x)
-    assert values[0].dtype == torch.float64
-    assert torch.equal(values[0], expected)
+        out, expected = run_in_two_stages(model, x, 5), model(x)
+    assert out.dtype == torch.float64
+    assert torch.equal(out, expected)
 
 
 class _ReturnsACast(nn.Module):

@@ -12,6 +12,7 @@ from torch import nn
 from pipeplan.costmodel.capture import capture, capture_program
 from pipeplan.costmodel.capture.ops import _FORMULAS, register_flop_formula
 from pipeplan.executor import split_program
+from tests.executor_helpers import run_in_two_stages
 
 # -- custom operators ------------------------------------------------------------------------
 
@@ -173,22 +174,13 @@ class _InPlace(nn.Module):
         return out + 1
 
 
-def _run_stages(model: nn.Module, x: torch.Tensor, cut: int) -> torch.Tensor:
-    cp = capture_program(model, (x,))
-    names = [layer.name for layer in cp.graph.layers]
-    values: tuple[torch.Tensor, ...] = (x,)
-    for stage in split_program(cp, [names[:cut], names[cut:]]):
-        values = stage.module(*values)
-    return values[0]
-
-
 def test_dead_layers_are_dropped_and_the_program_still_splits() -> None:
     model, x = _Dead().eval(), torch.randn(2, 4)
     graph = capture(model, (x,))
     assert [layer.name for layer in graph.layers] == ["a", "c"]
     assert graph.meta["dropped_dead"] == ["relu", "unused"]
     assert graph.total_flops == 2 * (2 * 2 * 4 * 4)
-    torch.testing.assert_close(_run_stages(model, x, 1), model(x))
+    torch.testing.assert_close(run_in_two_stages(model, x, 1), model(x))
 
 
 def test_in_place_writes_are_not_dead() -> None:
@@ -196,14 +188,11 @@ def test_in_place_writes_are_not_dead() -> None:
     graph = capture(model, (x,))
     assert "a" in graph and graph["a"].flops == 2 * 3 * 4 * 4
     assert "dropped_dead" not in graph.meta
-    torch.testing.assert_close(_run_stages(model, x, 1), model(x))
+    torch.testing.assert_close(run_in_two_stages(model, x, 1), model(x))
 
 
 def test_cond_model_runs_split_into_stages() -> None:
     """The branches are subgraphs of the exported program: the stage that calls cond gets them."""
-    from pipeplan.costmodel.capture import capture_program
-    from pipeplan.executor.stages import split_program
-
     torch.manual_seed(0)
     model, x = _Branchy().eval(), torch.randn(2, 4)
     captured = capture_program(model, (x,))
