@@ -64,6 +64,12 @@ class CostModel(ABC):
             return 0.0
         return sum(self.layer_times(layers, device, load)) + self.stage_overhead(device, load)
 
+    def for_model(self, model: str) -> CostModel:
+        """The cost model to price the graph of ``model`` (a zoo name or ``module:factory``) with: this one,
+        unless the model learns per model (:class:`pipeplan.costmodel.calibration.CalibratedCostModel`
+        prefers the runs of the model it prices)."""
+        return self
+
     def predict(self, layer: Layer, device: Device, contention: Contention | None = None) -> float:
         """Alias of :meth:`layer_time` with the name the design documents use."""
         return self.layer_time(layer, device, contention)

@@ -130,7 +130,7 @@ def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list
             model = load_recorded_cost_model(plan.costmodel, plan.costmodel_digest)
     except ValueError as exc:
         return None, [f"stage times not re-predicted under the run's load: {exc}"]
-    return model, notes
+    return model.for_model(plan.model), notes
 
 
 def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence[float]) -> list[str]:
@@ -155,12 +155,12 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
         replay, _ = predict_as_run(plan, setup, idle, predicted, [d.load for d in devices])
         predicted = replay.computes if replay is not None else predicted
     store = CalibrationStore()
-    before = CalibratedCostModel(base, store)
+    before = CalibratedCostModel(base, store, plan.model)
     factors_before = [before.factor(d) for d in devices]
     if not record_run(base, [(d, d.load, p, m) for d, p, m in zip(devices, predicted, measured, strict=True)],
                       plan.model, store):
         return []
-    after = CalibratedCostModel(base, store)
+    after = CalibratedCostModel(base, store, plan.model)
     factors_after = [after.factor(d) for d in devices]
 
     def median_error(factors: list[float]) -> float:

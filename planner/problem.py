@@ -137,6 +137,7 @@ class Problem:
 
     def __post_init__(self) -> None:
         self.graph.validate()
+        self.costmodel = self.costmodel.for_model(self.graph.model)
         self.layers: list[str] = [layer.name for layer in self.graph.layers]
         self.index = {name: i for i, name in enumerate(self.layers)}
         self.devices: list[str] = [d.id for d in self.cluster.devices]

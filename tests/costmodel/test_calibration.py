@@ -30,6 +30,40 @@ def test_factor_is_the_geometric_mean_of_recent_ratios(tmp_path: Path) -> None:
     assert len(json.loads(store.path.read_text())["observations"]) == WINDOW + 1
 
 
+def test_a_model_with_runs_of_its_own_takes_their_factor(tmp_path: Path) -> None:
+    store = CalibrationStore(tmp_path / "c.json")
+    store.add([Observation("m", "cpu", "idle", 1.0, 0.5, model="small"),
+               Observation("m", "cpu", "idle", 1.0, 2.0, model="big"),
+               Observation("m", "cpu", "1×compute", 1.0, 3.0, model="big")])
+    assert store.factor("m", "cpu", "idle", model="small") == pytest.approx(0.5)
+    assert store.factor("m", "cpu", "idle", model="big") == pytest.approx(2.0)
+    assert store.factor("m", "cpu", "1×compute", model="big") == pytest.approx(3.0)
+    assert store.factor("m", "cpu", "1×compute", model="small") == pytest.approx(0.5)  # its own idle runs
+    assert store.factor("m", "cpu", "1×compute", model="never-run") == pytest.approx(3.0)  # every model's
+    assert store.factor("m", "cpu", "idle", model="never-run") == pytest.approx(1.0)  # √(0.5 × 2)
+    assert store.factor("m", "cpu", "idle") == pytest.approx(1.0)
+    # Each model keeps its own window: another model's many runs do not push this one's out.
+    store.add([Observation("m", "cpu", "idle", 1.0, 4.0, model="big")] * (WINDOW + 5))
+    assert store.factor("m", "cpu", "idle", model="small") == pytest.approx(0.5)
+    assert store.factor("m", "cpu", "idle", model="big") == pytest.approx(4.0)
+
+
+def test_a_plan_prices_its_model_with_that_models_factor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pipeplan.planner.problem import Problem
+
+    monkeypatch.setenv("PIPEPLAN_CALIBRATION", str(tmp_path / "c.json"))
+    cluster = load_cluster("hetero-a100-t4")
+    t4 = device_key(cluster.device("gpu2"))
+    CalibrationStore().add([Observation("analytic", t4, "idle", 1.0, 2.5, model="mlp"),
+                            Observation("analytic", t4, "idle", 1.0, 0.4, model="gpt2")])
+    graph = capture_model("mlp", 4)
+    base = Problem(graph, cluster, RooflineModel())
+    calibrated = Problem(graph, cluster, load_cost_model("calibrated:analytic"))
+    column = cluster.devices.index(cluster.device("gpu2"))
+    assert [row[column] for row in calibrated.time] == pytest.approx([2.5 * row[column] for row in base.time])
+    assert calibrated.costmodel.spec == "calibrated:analytic"  # the plan still records what was asked
+
+
 def test_malformed_store_is_refused_naming_the_file(tmp_path: Path) -> None:
     path = tmp_path / "c.json"
     path.write_text('{"format": "something else"}')
@@ -71,6 +105,7 @@ def test_a_run_records_its_stages_and_reports_before_and_after(tmp_path: Path,
     expected = math.exp(sum(math.log(r["measured"] / r["predicted"]) for r in rows) / 2)
     cpu = load_cluster(str(spec)).device("cpu0")
     assert CalibratedCostModel(RooflineModel()).factor(cpu) == pytest.approx(expected)
+    assert CalibratedCostModel(RooflineModel(), model="mlp").factor(cpu) == pytest.approx(expected)
     # A run that asks not to leaves the store alone.
     run_plan(plan, options=RunOptions(batches=1, cluster=str(spec), calibrate=False))
     assert len(json.loads(path.read_text())["observations"]) == 2
