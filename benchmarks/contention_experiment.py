@@ -55,6 +55,9 @@ def main() -> None:
     parser.add_argument("--batches", type=int, default=10, help="measured batches per run (10)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of runs, each plan once per round (3)")
     parser.add_argument("--no-choice", action="store_true", help="leave out the plan chosen as run")
+    parser.add_argument("--calibrate", action="store_true",
+                        help="record each run's stage times in the calibration store ($PIPEPLAN_CALIBRATION), as "
+                             "`pipeplan run` does; off by default, so that an experiment leaves the user's store alone")
     parser.add_argument("--json", metavar="FILE", help="append this experiment's figures to FILE as one JSON "
                         "line: each plan's stages as the replay takes them, measured throughput and computes")
     args = parser.parse_args()
@@ -172,7 +175,8 @@ def _append_json(args: argparse.Namespace, problem: Problem, plans: dict[str, Pl
 def _run_loaded(plan: Plan, cluster: Cluster, args: argparse.Namespace) -> RunReport:
     """Run ``plan`` with the co-runners on the loaded core: through the executor's ``loads`` where a
     stage runs there, else started here for the run (the machine is the same whichever plan runs)."""
-    options = RunOptions(batches=args.batches, microbatches=args.microbatches, costmodel=args.costmodel)
+    options = RunOptions(batches=args.batches, microbatches=args.microbatches, costmodel=args.costmodel,
+                         calibrate=args.calibrate)
     if args.device in plan.device_order():
         report = run_plan(plan, options=replace(options, loads={args.device: args.load}))
     else:

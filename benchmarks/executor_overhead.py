@@ -199,7 +199,8 @@ def measure(model: str, cluster: str, batches: int, warmup: int, microbatches: i
     stages = [s.module for s in split_program(rebuilt.captured, [s.layers for s in plan.stages])]
     built = build_model(model, **opts)
     def executor() -> tuple[float, float]:
-        report = run_plan(plan, options=RunOptions(batches=batches, warmup=warmup, check_batches=1, cluster=cluster))
+        report = run_plan(plan, options=RunOptions(batches=batches, warmup=warmup, check_batches=1, cluster=cluster,
+                                                   calibrate=False))
         assert report is not None and report.check is not None and report.check["ok"]
         per_stage = [s.measured["cpu"] * len(s.microbatches) for s in report.stages]
         return report.wall, sum(per_stage)
