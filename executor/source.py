@@ -179,9 +179,12 @@ def rebuild(plan: Plan, model: nn.Module | None = None, args: Sequence[Any] | No
 def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: int) -> tuple[Any, ...]:
     """Batch ``index`` of the run's stream: ``microbatches`` random microbatches shaped like ``example``.
 
-    Floating tensors are normal; integer tensors (token ids) are uniform over the example's range,
-    so every id stays valid for the model's embedding; boolean tensors (masks) and other values are
-    repeated as they are.  Every process that asks for the same batch gets the same tensors.
+    Each sample of a floating tensor is one of the example's samples, drawn at random: floats may carry
+    indices (Pix2Struct's flattened patches start with each patch's row and column, which index
+    embeddings), so only values the model was shown are safe.  Integer tensors (token ids) are uniform
+    over the example's range, so every id stays valid for the model's embedding; boolean tensors (masks)
+    and other values are repeated as they are.  Every process that asks for the same batch gets the same
+    tensors.
 
     >>> x = batch_inputs((torch.zeros(2, 3),), microbatches=4, seed=0, index=1)[0]
     >>> tuple(x.shape)
@@ -195,7 +198,7 @@ def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: in
             continue
         shape = (arg.shape[0] * microbatches, *arg.shape[1:])
         if arg.is_floating_point():
-            out.append(torch.randn(shape, generator=gen, dtype=torch.float32).to(arg.dtype))
+            out.append(arg[torch.randint(0, arg.shape[0], shape[:1], generator=gen)])
         elif arg.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8) and arg.numel():
             low, high = int(arg.min()), int(arg.max()) + 1
             out.append(torch.randint(low, high, shape, generator=gen, dtype=arg.dtype))

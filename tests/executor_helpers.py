@@ -72,6 +72,27 @@ def run_in_two_stages(model: nn.Module, x: torch.Tensor, cut: int) -> torch.Tens
     return values[0]
 
 
+class _IndexedPatches(nn.Module):
+    """Pix2Struct's input convention: each float patch starts with its row and column, which index embeddings."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.rows, self.cols = nn.Embedding(9, 8), nn.Embedding(9, 8)
+        self.proj, self.out = nn.Linear(6, 8), nn.Linear(8, 4)
+
+    def forward(self, patches: torch.Tensor) -> torch.Tensor:
+        rows, cols = patches[..., 0].long(), patches[..., 1].long()
+        return self.out(torch.relu(self.proj(patches[..., 2:]) + self.rows(rows) + self.cols(cols)))
+
+
+def indexed_patches_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
+    """The factory a plan names as ``tests.executor_helpers:indexed_patches_model``: 16 patches of a 4×4 grid,
+    rows and columns 1-4 (0 is padding) in the first two of each patch's 8 floats."""
+    ids = torch.arange(16)
+    places = torch.stack([ids // 4 + 1, ids % 4 + 1], dim=1).float().expand(batch_size, 16, 2)
+    return _IndexedPatches().eval(), (torch.cat([places, torch.randn(batch_size, 16, 6)], dim=2),)
+
+
 def exploding_model(batch_size: int) -> tuple[nn.Module, tuple[torch.Tensor, ...]]:
     """The factory a plan names as ``tests.executor_helpers:exploding_model``."""
     return Exploding().eval(), (torch.randn(batch_size, 16),)

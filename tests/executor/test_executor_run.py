@@ -99,6 +99,21 @@ def test_branches_joined_by_concat(clusters: dict[int, Path]) -> None:
     assert report is not None and report.check is not None and report.check["ok"]
 
 
+def test_a_model_whose_float_input_carries_indices_runs_and_matches(clusters: dict[int, Path]) -> None:
+    """Random normal floats in place of Pix2Struct's patches (rows and columns first) made the first stage
+    index its embeddings out of range; the run's samples are now drawn from the example's."""
+    from pipeplan.costmodel.capture import capture
+    from tests.executor_helpers import indexed_patches_model
+
+    model, args = indexed_patches_model(2)
+    graph = capture(model, args, name="indexed-patches")
+    graph.meta["factory"] = "tests.executor_helpers:indexed_patches_model"
+    plan = plan_with_cuts(graph, clusters[2], [graph.layers[len(graph.layers) // 2].name])
+    report = run_plan(plan, options=_options(clusters[2]))
+    assert report is not None and report.check is not None and report.check["ok"]
+    assert report.check["max_rel_diff"] < 1e-5
+
+
 def test_a_stage_that_raises_ends_the_run_naming_it(clusters: dict[int, Path]) -> None:
     from pipeplan.costmodel.capture import capture
     from tests.executor_helpers import exploding_model

@@ -141,9 +141,11 @@ def _plan_for(graph: ModelGraph, factory: str | None = None) -> Plan:
 
 def test_batch_inputs_are_deterministic_and_valid() -> None:
     tokens = torch.tensor([[3, 7], [1, 9]])
-    a = batch_inputs((tokens, torch.zeros(2, 5)), microbatches=3, seed=1, index=4)
-    b = batch_inputs((tokens, torch.zeros(2, 5)), microbatches=3, seed=1, index=4)
+    samples = torch.arange(10.0).reshape(2, 5)
+    a = batch_inputs((tokens, samples), microbatches=3, seed=1, index=4)
+    b = batch_inputs((tokens, samples), microbatches=3, seed=1, index=4)
     assert a[0].shape == (6, 2) and a[1].shape == (6, 5)
     assert int(a[0].min()) >= 1 and int(a[0].max()) <= 9 and a[0].dtype == torch.int64
+    assert all(any(torch.equal(row, s) for s in samples) for row in a[1])  # floats: the example's samples
     torch.testing.assert_close(a, b)
-    assert not torch.equal(a[1], batch_inputs((tokens, torch.zeros(2, 5)), 3, seed=1, index=5)[1])
+    assert not torch.equal(a[1], batch_inputs((tokens, samples), 3, seed=1, index=5)[1])
