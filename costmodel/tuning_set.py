@@ -7,9 +7,9 @@ is also fitted on layers timed *inside* real passes (:mod:`pipeplan.executor.pro
 architectures below: small configurations of ``transformers`` models and of the zoo, at several
 widths, sequence lengths, image sizes and batch sizes (and audio lengths: HuBERT, since 2026-11-25, with
 1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake activations), random weights, nothing
-downloaded. Each CPU's in-model CSV holds the families that existed when it was profiled: the Zen 4's has
-all; the Zen 3's all but ``resnet_basic`` (added 2026-11-29); the others lack ``resnet_vd``, ``bigvgan`` and
-``resnet_basic`` (``--only resnet_vd,bigvgan,resnet_basic`` adds them).
+downloaded. Each CPU's in-model CSV holds the families that existed when it was profiled: the Zen 4's and
+the Zen 5's have all; the Zen 3's all but ``resnet_basic`` (added 2026-11-29); the Xeon's lacks ``resnet_vd``,
+``bigvgan`` and ``resnet_basic`` (``--only resnet_vd,bigvgan,resnet_basic`` adds them).
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
