@@ -44,7 +44,7 @@ def replay(observations: list[Observation]) -> dict[str, list[tuple[bool, float]
     seen: set[str] = set()
     for _, run in groupby(observations, key=lambda o: (o.at, o.model)):
         stages = list(run)
-        if store.observations():
+        if seen:  # the first run has no runs before it
             for name, policy in POLICIES.items():
                 errors[name] += [(o.model in seen, o.measured / (o.predicted * policy(store, o)) - 1) for o in stages]
         store.add(stages)

@@ -31,7 +31,7 @@ MobileBERT (bottlenecked layers without layer norm, four stacked feed-forward ne
 (``encodec_encoder``, kept outside the set) was written in first and dropped before anything was scored: its
 padding lengths are tensors, which torch.export cannot trace.
 
-The twenty-third (``TWENTY_THIRD``) was written on 2026-11-29 at 04:40 UTC, on the Zen 5 EPYC (cpu family 26,
+The twenty-third (``TWENTY_THIRD``) was written on 2026-11-29 at 04:34 UTC, on the Zen 5 EPYC (cpu family 26,
 model 2), before that CPU profiled what the Zen 4 and Zen 3 gained since 2026-11-25 (pointwise chains, tanh
 GELUs, wide convolutions, small Snake chains, softmax; the HuBERT, ResNet-vd, BigVGAN and ResNet basic-block
 tuning families). It was chosen for kinds of work no earlier set holds: Pix2Struct's vision encoder (patches
@@ -202,7 +202,6 @@ def sew_d(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWENTY_SECOND = ("xlnet", "sew_d", "rwkv", "gpt_neo", "pp_lcnet", "mobilebert")
-
 
 
 def pix2struct_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:

@@ -65,8 +65,8 @@ class CostModel(ABC):
         return sum(self.layer_times(layers, device, load)) + self.stage_overhead(device, load)
 
     def for_model(self, model: str) -> CostModel:
-        """The cost model to price the graph of ``model`` (a zoo name or ``module:factory``) with: this one,
-        unless the model learns per model (:class:`pipeplan.costmodel.calibration.CalibratedCostModel`
+        """The cost model to price the graph of ``model`` (:attr:`ModelGraph.model`) with: this one, unless
+        the model learns per model (:class:`pipeplan.costmodel.calibration.CalibratedCostModel`
         prefers the runs of the model it prices)."""
         return self
 
