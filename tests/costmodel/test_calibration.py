@@ -100,7 +100,8 @@ def test_a_run_records_its_stages_and_reports_before_and_after(tmp_path: Path,
         assert row["measured"] == stage.measured["compute"]
         assert row["predicted"] == pytest.approx(stage.predicted_at_load["compute"])
     note = next(n for n in report.notes if n.startswith("calibration"))
-    assert "with the device factors before this run" in note and "calibrated:analytic" in note
+    assert "with the device factors before this run (from other models' runs; mlp had none)" in note
+    assert "calibrated:analytic" in note
     # Both stages are one core of one CPU: one factor, the geometric mean of their ratios.
     expected = math.exp(sum(math.log(r["measured"] / r["predicted"]) for r in rows) / 2)
     cpu = load_cluster(str(spec)).device("cpu0")
@@ -109,3 +110,7 @@ def test_a_run_records_its_stages_and_reports_before_and_after(tmp_path: Path,
     # A run that asks not to leaves the store alone.
     run_plan(plan, options=RunOptions(batches=1, cluster=str(spec), calibrate=False))
     assert len(json.loads(path.read_text())["observations"]) == 2
+    # The next run of the same model is priced by its own runs, and says so.
+    again = run_plan(plan, options=RunOptions(batches=1, cluster=str(spec)))
+    assert again is not None
+    assert any("(from 2 stage times of mlp's earlier runs)" in n for n in again.notes)
