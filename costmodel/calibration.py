@@ -132,6 +132,11 @@ class CalibrationStore:
     def factor(self, costmodel: str, device: str, load: str, model: str = "") -> float:
         """Geometric mean of measured / predicted for the key, from ``model``'s own runs when it has any
         (module docstring: the order); 1 for a device never observed with this cost model."""
+        return self.chosen(costmodel, device, load, model)[0]
+
+    def chosen(self, costmodel: str, device: str, load: str, model: str = "") -> tuple[float, int]:
+        """:meth:`factor`, and how many of ``model``'s own stage times it comes from (0: other models' runs,
+        or none at all)."""
         rows = [o for o in self.observations() if (o.costmodel, o.device) == (costmodel, device)]
         for own, wanted in ((True, load), (True, "idle"), (False, load), (False, "idle")):
             if own and not model:
@@ -139,8 +144,8 @@ class CalibrationStore:
             ratios = [o.measured / o.predicted for o in rows
                       if o.load == wanted and (not own or o.model == model)][-WINDOW:]
             if ratios:
-                return math.exp(sum(math.log(r) for r in ratios) / len(ratios))
-        return 1.0
+                return math.exp(sum(math.log(r) for r in ratios) / len(ratios)), len(ratios) if own else 0
+        return 1.0, 0
 
 
 class CalibratedCostModel(CostModel):
@@ -154,14 +159,22 @@ class CalibratedCostModel(CostModel):
         self.name = f"calibrated:{base.name}"
         self.spec = f"calibrated:{base.spec or base.name}"
         self.digest = base.digest
-        self._factors: dict[tuple[str, str], float] = {}
+        self._chosen: dict[tuple[str, str], tuple[float, int]] = {}
 
     def factor(self, device: Device, load: Contention | None = None) -> float:
+        return self._chosen_for(device, load)[0]
+
+    def own_runs(self, device: Device, load: Contention | None = None) -> int:
+        """How many of this model's own stage times :meth:`factor` comes from on ``device`` under ``load``
+        (0: the factor is other models', or 1 for want of any run)."""
+        return self._chosen_for(device, load)[1]
+
+    def _chosen_for(self, device: Device, load: Contention | None) -> tuple[float, int]:
         load = load if load is not None else device.load
         key = (device_key(device), load.describe())
-        if key not in self._factors:
-            self._factors[key] = self.store.factor(model_key(self.base), *key, model=self.model)
-        return self._factors[key]
+        if key not in self._chosen:
+            self._chosen[key] = self.store.chosen(model_key(self.base), *key, model=self.model)
+        return self._chosen[key]
 
     def for_model(self, model: str) -> CalibratedCostModel:
         return self if model == self.model else CalibratedCostModel(self.base, self.store, model)

@@ -136,7 +136,7 @@ def _run_cost_model(plan: Plan, setup: RunSetup) -> tuple[CostModel | None, list
 def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence[float]) -> list[str]:
     """Record each stage's predicted and ``measured`` compute (seconds per microbatch) in the calibration store
     (:mod:`pipeplan.costmodel.calibration`), and say how the device factors change the stages' errors."""
-    from pipeplan.costmodel.calibration import CalibratedCostModel, CalibrationStore, model_key, record_run
+    from pipeplan.costmodel.calibration import CalibratedCostModel, CalibrationStore, device_key, record_run
     from pipeplan.executor.as_run import predict_as_run
 
     if setup.notes:  # the stages did not run on the plan's devices: their times calibrate nothing
@@ -155,9 +155,10 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
         replay, _ = predict_as_run(plan, setup, idle, predicted, [d.load for d in devices])
         predicted = replay.computes if replay is not None else predicted
     store = CalibrationStore()
-    earlier = sum(1 for o in store.observations() if o.model == plan.model and o.costmodel == model_key(base))
     before = CalibratedCostModel(base, store, plan.model)
     factors_before = [before.factor(d) for d in devices]
+    # the model's own stage times behind each distinct (device, load) factor: the note says whose runs spoke
+    own = {(device_key(d), d.load.describe()): before.own_runs(d) for d in devices}
     if not record_run(base, [(d, d.load, p, m) for d, p, m in zip(devices, predicted, measured, strict=True)],
                       plan.model, store):
         return []
@@ -169,8 +170,13 @@ def feed_back(plan: Plan, graph: ModelGraph, setup: RunSetup, measured: Sequence
 
     shown = ", ".join(f"{d.id} {b:.2f}→{a:.2f}" for d, b, a in zip(devices, factors_before, factors_after,
                                                                     strict=True))
-    source = (f"{earlier} stage times of {plan.model}'s earlier runs" if earlier else
-              f"other models' runs; {plan.model} had none")
+    if all(own.values()):
+        source = f"{sum(own.values())} stage times of {plan.model}'s earlier runs"
+    elif any(own.values()):
+        source = (f"{plan.model}'s earlier runs for {sum(map(bool, own.values()))} of {len(own)} devices and loads, "
+                  "other models' runs for the rest")
+    else:
+        source = f"other models' runs; {plan.model} had none"
     return [f"calibration ({store.path}): {base.spec or base.name}'s stage compute was off by a median "
             f"{median_error(factors_before):.0%} with the device factors before this run (from {source}), "
             f"{median_error(factors_after):.0%} with them after it ({shown}); plan with "

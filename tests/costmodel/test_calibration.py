@@ -62,6 +62,10 @@ def test_a_plan_prices_its_model_with_that_models_factor(tmp_path: Path, monkeyp
     column = cluster.devices.index(cluster.device("gpu2"))
     assert [row[column] for row in calibrated.time] == pytest.approx([2.5 * row[column] for row in base.time])
     assert calibrated.costmodel.spec == "calibrated:analytic"  # the plan still records what was asked
+    bound = calibrated.costmodel
+    assert isinstance(bound, CalibratedCostModel)
+    # mlp ran on the T4 only: the A100's factor is nobody's (1), and not mlp's own
+    assert (bound.own_runs(cluster.device("gpu2")), bound.own_runs(cluster.device("gpu0"))) == (1, 0)
 
 
 def test_malformed_store_is_refused_naming_the_file(tmp_path: Path) -> None:
