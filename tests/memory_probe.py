@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import statistics
 import sys
+import threading
 
 import torch
 
@@ -28,10 +29,12 @@ def _status(key: str) -> int:
     raise RuntimeError(f"no {key} in /proc/self/status")
 
 
-# Measured passes per model, after two warm-up passes; the median rise counts. One pass's rise
-# ranged 6.14–6.91 MB for bert-base (2×128) in four runs on the Zen 3 EPYC (predicted 7.11 MB):
-# RSS also moves with pages the kernel takes back or faults in during a pass (this VM runs DAMON's
-# reclaim, kdamond), either way.
+# Measured passes per model, after two warm-up passes; the median rise counts.  The passes run in a
+# thread of their own: glibc gives it a fresh malloc arena.  On the main thread, free chunks that
+# capture (torch.export) leaves in the heap served some tensors despite the mmap threshold (glibc only
+# weighs mmap when no free chunk fits), so their pages were resident already: bert-base (2×128,
+# predicted 7.11 MB) rose 6.19–6.27 MB in some processes and 6.95–7.07 in others, and failed CI at
+# 6.23.  In its own arena it rose 6.92–7.11 MB in 16 processes out of 16.
 PASSES = 3
 
 
@@ -48,18 +51,26 @@ def probe(name: str, batch: int, seq_len: int | None) -> tuple[int, int]:
     predicted = stage_memory(graph, [layer.name for layer in graph.layers]).peak_live
     run = captured.program.module()  # what an executor stage runs: FX code frees each value after its last use
     del model
-    measured = []
-    with torch.no_grad():
-        run(*args)
-        run(*args)
-        for _ in range(PASSES):
-            gc.collect()
-            with open("/proc/self/clear_refs", "w") as f:
-                f.write("5")  # reset VmHWM to the current RSS
-            base = _status("VmRSS:")
-            out = run(*args)
-            measured.append(_status("VmHWM:") - base)
-            del out
+    measured: list[int] = []
+
+    def passes() -> None:
+        with torch.no_grad():
+            run(*args)
+            run(*args)
+            for _ in range(PASSES):
+                gc.collect()
+                with open("/proc/self/clear_refs", "w") as f:
+                    f.write("5")  # reset VmHWM to the current RSS
+                base = _status("VmRSS:")
+                out = run(*args)
+                measured.append(_status("VmHWM:") - base)
+                del out
+
+    thread = threading.Thread(target=passes)  # a fresh malloc arena, see PASSES
+    thread.start()
+    thread.join()
+    if len(measured) != PASSES:
+        raise RuntimeError(f"{name}: the measured passes failed (see the thread's traceback above)")
     return predicted, statistics.median_low(measured)
 
 
