@@ -91,6 +91,9 @@ def main_op(layer: Layer) -> str:
     >>> main_op(Layer("x", "conv", "WeightStandardizedConv2d", 0, flops=1, bytes_read=1, bytes_written=1,
     ...               param_bytes=0, activation_bytes=1, kernels=3, ops=["aten.batch_norm", "aten.pad", "aten.conv2d"]))
     'aten.conv2d'
+    >>> main_op(Layer("x", "matmul", "functional", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
+    ...               activation_bytes=1, kernels=8, ops=["aten.transpose", "transformers.grouped_mm_fallback"]))
+    'transformers.grouped_mm_fallback'
     """
     if layer.kind == "conv":  # BiT's convolutions first standardise their weights (aten.batch_norm on them)
         conv = next((op for op in layer.ops if op.startswith(_CONV_OPS)), None)
@@ -98,8 +101,11 @@ def main_op(layer: Layer) -> str:
             return conv
     apart = () if layer.kind in ("resize", "unfold") else APART_OPS
     for op in layer.ops:
-        if op.startswith("aten.") and op not in _SHAPE_OPS and op not in apart:
+        namespace = op.partition(".")[0] if "." in op else ""
+        if namespace == "aten" and op not in _SHAPE_OPS and op not in apart:
             return op
+        if namespace and namespace not in ("aten", "prims", "prim"):
+            return op  # a custom operator (transformers' grouped matmul): the work, not the view before it
     return layer.ops[0] if layer.ops else "none"
 
 

@@ -27,6 +27,7 @@ The probe is stored per CPU (``$PIPEPLAN_PROBE_DIR`` or ``probes/`` in the user 
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import math
@@ -104,7 +105,7 @@ class Probe:
         return path
 
 
-PROBE_MODELS = ("opt", "deit", "resnet", "efficientnet")  # tuning-set factories (pipeplan.costmodel.tuning_set)
+PROBE_MODELS = ("opt", "deit", "resnet", "efficientnet")  # tuning-set factories (pipeplan.costmodel.tuning_models)
 
 
 def measure(cores: Sequence[int] = (0,), seconds: float = 1.0, models: Sequence[str] = PROBE_MODELS,
@@ -112,21 +113,22 @@ def measure(cores: Sequence[int] = (0,), seconds: float = 1.0, models: Sequence[
     """Every layer of each of ``models`` timed inside real forward passes on ``cores`` (one thread, idle)."""
     import torch
 
-    from pipeplan.costmodel import tuning_set
+    from pipeplan.costmodel import tuning_models
     from pipeplan.costmodel.capture import capture_program
     from pipeplan.executor.profile_model import ModelProfileSettings, profile_built
 
-    unknown = [m for m in models if m not in tuning_set.__dict__ or m.startswith("_")]
+    factories = {n for n, f in vars(tuning_models).items() if inspect.isfunction(f) and not n.startswith("_")}
+    unknown = [m for m in models if m not in factories]
     if unknown or not models:
         raise ProbeError(f"probe models {unknown or 'none'}: choose tuning-set factories such as "
-                         f"{', '.join(PROBE_MODELS)} (pipeplan.costmodel.tuning_set)")
+                         f"{', '.join(PROBE_MODELS)} (pipeplan.costmodel.tuning_models)")
     out = []
     settings = ModelProfileSettings(cores=list(cores), seconds_per_level=seconds, min_passes=5)
     for name in models:
         if progress:
             progress(name)
         torch.manual_seed(0)
-        model, args = getattr(tuning_set, name)()
+        model, args = getattr(tuning_models, name)()
         model.eval()
         captured = capture_program(model, args, name=name)
         table = profile_built(model, args, name=name, settings=settings, captured=captured)

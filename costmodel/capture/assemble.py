@@ -99,7 +99,7 @@ def assemble_graph(name: str, granularity: str, owners: Owners, grouping: Groupi
             bytes_written=sum(stats[n.name].bytes_written for n in nodes),
             param_bytes=sum(tensor_bytes(p.meta.get("val")) for p in params),
             activation_bytes=sum(tensor_bytes(n.meta.get("val")) for n in outputs),
-            kernels=sum(1 for n in nodes if not stats[n.name].is_view),
+            kernels=sum(stats[n.name].kernels for n in nodes),
             input_shapes=[_shape(a) for a in inputs], input_dtypes=[_dtype(a) for a in inputs],
             output_shapes=[_shape(n) for n in outputs], output_dtypes=[_dtype(n) for n in outputs],
             ops=op_names, channels_last=_works_on_channels_last(nodes, stats),

@@ -25,7 +25,7 @@ from torch._subclasses.fake_tensor import FakeTensorMode
 from torch.utils import flop_counter
 from torch.utils.flop_counter import FlopCounterMode
 
-from pipeplan.costmodel.capture.ops import UncountedOps, body_flops, flop_formulas
+from pipeplan.costmodel.capture.ops import UncountedOps, body_flops, flop_formulas, kernels_of
 from pipeplan.costmodel.kept_apart import APART_OPS, RESIZE_OPS, UNFOLD_OPS
 
 __all__ = [
@@ -56,6 +56,7 @@ class OpStats:
     bytes_written: int
     is_view: bool
     uncounted: tuple[str, ...] = ()  # foreign operators inside that got no FLOPs (capture_ops)
+    kernels: int = 1  # the kernels one call runs (a view: none; the grouped-matmul fallback: one per group)
 
 
 def register_extra_flop_formulas() -> None:
@@ -158,7 +159,7 @@ def op_stats(ep: torch.export.ExportedProgram, args: tuple[Any, ...],
             continue
         out = tensor_bytes(n.meta.get("val"))
         if is_view_op(n.target):
-            stats[n.name] = OpStats(interp.flops.get(n.name, 0), 0, 0, True, interp.uncounted.get(n.name, ()))
+            stats[n.name] = OpStats(interp.flops.get(n.name, 0), 0, 0, True, interp.uncounted.get(n.name, ()), 0)
             continue
         args_in = _unique_node_args(n)
         if op_name(n.target) in _GATHER_OPS and n.args and isinstance(n.args[0], torch.fx.Node):
@@ -167,7 +168,8 @@ def op_stats(ep: torch.export.ExportedProgram, args: tuple[Any, ...],
             read = out + sum(tensor_bytes(a.meta.get("val")) for a in args_in if a is not table)
         else:
             read = sum(tensor_bytes(a.meta.get("val")) for a in args_in)
-        stats[n.name] = OpStats(interp.flops.get(n.name, 0), read, out, False, interp.uncounted.get(n.name, ()))
+        stats[n.name] = OpStats(interp.flops.get(n.name, 0), read, out, False, interp.uncounted.get(n.name, ()),
+                                kernels_of(n))
     return stats
 
 

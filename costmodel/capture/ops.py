@@ -34,6 +34,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
+import torch.fx
 from torch._library.custom_ops import _maybe_get_opdef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
@@ -44,6 +45,7 @@ __all__ = [
     "UncountedOps",
     "body_flops",
     "flop_formulas",
+    "kernels_of",
     "qualified_name",
     "register_flop_formula",
     "report_uncounted",
@@ -71,6 +73,23 @@ def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = N
     for d in out_shape:
         out *= int(d)
     return 2 * out * int(a_shape[-1])
+
+
+# Operators that run one kernel per group: ``transformers``' grouped matmul fallback loops over the experts
+# in Python, one ``mm`` each (``aten::_grouped_mm`` is one kernel on a GPU, so it stays one).  A layer
+# priced as one matmul of all rows costs a mixture of 8 experts at about half its time on a CPU core.
+_PER_GROUP_OPS = frozenset({"transformers.grouped_mm_fallback"})
+
+
+def kernels_of(node: torch.fx.Node) -> int:
+    """The kernels one call of ``node`` runs: one, but one per group (expert) for :data:`_PER_GROUP_OPS`,
+    whose third argument holds each group's end offset."""
+    target = getattr(node.target, "overloadpacket", node.target)
+    name = str(getattr(target, "_qualified_op_name", "")).replace("::", ".")
+    if name not in _PER_GROUP_OPS or len(node.args) < 3 or not isinstance(node.args[2], torch.fx.Node):
+        return 1
+    offs = node.args[2].meta.get("val")
+    return max(1, int(offs.shape[0])) if isinstance(offs, torch.Tensor) and offs.dim() == 1 else 1
 
 
 def _fft_flops(points: Any, dims: Any, complex_input: bool) -> int:

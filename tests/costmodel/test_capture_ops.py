@@ -11,6 +11,7 @@ from torch import nn
 
 from pipeplan.costmodel.capture import capture, capture_program
 from pipeplan.costmodel.capture.ops import _FORMULAS, register_flop_formula
+from pipeplan.costmodel.dataset import main_op
 from pipeplan.executor import split_program
 from tests.executor_helpers import run_in_two_stages
 
@@ -122,6 +123,10 @@ def test_moe_experts_of_transformers_are_counted() -> None:
     assert sorted(layer.flops for layer in grouped) == [2 * rows * inter * hidden, 2 * rows * hidden * 2 * inter]
     assert {layer.kind for layer in grouped} == {"matmul"}
     assert "uncounted_ops" not in graph.meta
+    # the fallback the exported graph runs loops over the experts, one mm each: the layer runs that many
+    # kernels, and is named by the grouped matmul, not by the transpose before it
+    assert [layer.kernels for layer in grouped] == [experts, experts]
+    assert {main_op(layer) for layer in grouped} == {"transformers.grouped_mm_fallback"}
 
 
 # -- torch.cond --------------------------------------------------------------------------------
