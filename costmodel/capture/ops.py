@@ -78,15 +78,14 @@ def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = N
 # Operators that run one kernel per group: ``transformers``' grouped matmul fallback loops over the experts
 # in Python, one ``mm`` each (``aten::_grouped_mm`` is one kernel on a GPU, so it stays one).  A layer
 # priced as one matmul of all rows costs a mixture of 8 experts at about half its time on a CPU core.
-_PER_GROUP_OPS = frozenset({"transformers.grouped_mm_fallback"})
+_PER_GROUP_OPS = frozenset({"transformers::grouped_mm_fallback"})
 
 
 def kernels_of(node: torch.fx.Node) -> int:
     """The kernels one call of ``node`` runs: one, but one per group (expert) for :data:`_PER_GROUP_OPS`,
     whose third argument holds each group's end offset."""
-    target = getattr(node.target, "overloadpacket", node.target)
-    name = str(getattr(target, "_qualified_op_name", "")).replace("::", ".")
-    if name not in _PER_GROUP_OPS or len(node.args) < 3 or not isinstance(node.args[2], torch.fx.Node):
+    if (qualified_name(node.target) not in _PER_GROUP_OPS or len(node.args) < 3
+            or not isinstance(node.args[2], torch.fx.Node)):
         return 1
     offs = node.args[2].meta.get("val")
     return max(1, int(offs.shape[0])) if isinstance(offs, torch.Tensor) and offs.dim() == 1 else 1
