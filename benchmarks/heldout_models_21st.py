@@ -52,6 +52,13 @@ key-value projections, group-limited routing, a dense first layer) and GPT-OSS (
 sliding-window attention, experts with biases and a clamped SwiGLU). The other three are new kinds of work:
 ModernBERT (alternating local and global attention, GeGLU), Bamba (Mamba-2's chunked scan in PyTorch beside
 attention) and xLSTM (matrix-memory LSTM cells in PyTorch).
+
+The twenty-fifth (``TWENTY_FIFTH``) was written on 2026-11-29 at 09:14 UTC, on the Zen 4, after the Mixtral tuning
+family was added and that CPU's model retrained and shipped, and before either model was scored on it: six more
+mixtures, to judge that change again on architectures nobody tuned on or looked at — Qwen3-MoE (top 4 of 16),
+HunYuan-MoE, ERNIE 4.5 MoE (a shared expert, a dense first layer), GLM-4 MoE (a shared expert, sigmoid routing with
+a bias), FlexOlmo and Llama 4's text model (top-1 experts by a batched matmul over all experts, a shared expert,
+chunked attention). DBRX was tried first and dropped before anything was scored (its config did not run).
 """
 
 from __future__ import annotations
@@ -385,3 +392,71 @@ def xlstm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWENTY_FOURTH = ("qwen2_moe", "granitemoe", "phimoe", "deepseek_v2", "gpt_oss", "modernbert", "bamba", "xlstm")
+
+
+def qwen3_moe(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer Qwen3-MoE over 64 tokens: top 4 of 16 experts, query and key norms."""
+    from transformers import Qwen3MoeConfig, Qwen3MoeModel
+
+    config = Qwen3MoeConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                            num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                            num_experts=16, num_experts_per_tok=4, use_cache=False)
+    return Qwen3MoeModel(config), _ids(batch_size)
+
+
+def hunyuan_moe(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer HunYuan-MoE over 64 tokens: top 2 of 8 experts beside a shared MLP, query and key norms."""
+    from transformers import HunYuanMoEV1Config, HunYuanMoEV1Model
+
+    config = HunYuanMoEV1Config(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                                num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_experts=8, moe_topk=2,
+                                use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return HunYuanMoEV1Model(config), _ids(batch_size)
+
+
+def ernie_moe(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer ERNIE 4.5 MoE over 64 tokens: a dense first layer, then top 2 of 8 experts and a shared one."""
+    from transformers import Ernie4_5_MoeConfig, Ernie4_5_MoeModel
+
+    config = Ernie4_5_MoeConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                                num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                                moe_num_experts=8, moe_k=2, moe_layer_start_index=1, moe_num_shared_experts=1,
+                                use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return Ernie4_5_MoeModel(config), _ids(batch_size)
+
+
+def glm4_moe(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer GLM-4 MoE over 64 tokens: a dense first layer, then top 2 of 8 experts (sigmoid scores with a
+    bias) and a shared one."""
+    from transformers import Glm4MoeConfig, Glm4MoeModel
+
+    config = Glm4MoeConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                           num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                           n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, first_k_dense_replace=1,
+                           n_group=1, topk_group=1, use_cache=False, pad_token_id=0)
+    return Glm4MoeModel(config), _ids(batch_size)
+
+
+def flex_olmo(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 2-layer FlexOlmo over 64 tokens: top 2 of 4 experts, norms after attention and experts."""
+    from transformers import FlexOlmoConfig, FlexOlmoModel
+
+    config = FlexOlmoConfig(vocab_size=1000, hidden_size=128, intermediate_size=128, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=4, num_experts=4, num_experts_per_tok=2,
+                            use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return FlexOlmoModel(config), _ids(batch_size)
+
+
+def llama4_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Llama 4's 2-layer text model over 64 tokens: the top-1 of 8 experts by one batched matmul over all experts,
+    a shared expert, chunked attention with rotary and no-rotary layers."""
+    from transformers import Llama4TextConfig, Llama4TextModel
+
+    config = Llama4TextConfig(vocab_size=1000, hidden_size=128, intermediate_size=128, intermediate_size_mlp=256,
+                              num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                              num_local_experts=8, num_experts_per_tok=1, interleave_moe_layer_step=1,
+                              use_cache=False, pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return Llama4TextModel(config), _ids(batch_size)
+
+
+TWENTY_FIFTH = ("qwen3_moe", "hunyuan_moe", "ernie_moe", "glm4_moe", "flex_olmo", "llama4_text")
