@@ -4,12 +4,13 @@ A per-layer sweep times each layer alone, back to back, with its weights and inp
 a real forward pass the same layer runs after others that evicted them, and the graph holds glue
 operators (views, adds, masks, rotary arithmetic) that no sweep times. So the shipped learned model
 is also fitted on layers timed *inside* real passes (:mod:`pipeplan.executor.profile_model`) of the
-architectures below: small configurations of ``transformers`` models and of the zoo, at several
-widths, sequence lengths, image sizes and batch sizes (and audio lengths: HuBERT, since 2026-11-25, with
-1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake activations), random weights, nothing
-downloaded. Each CPU's in-model CSV holds the families that existed when it was profiled: the Zen 4's and
-the Zen 5's have all but ``mixtral`` (added 2026-11-29, on the Zen 4); the Zen 3's all but ``resnet_basic`` (added
-2026-11-29) and ``mixtral``; the Xeon's lacks ``resnet_vd``, ``bigvgan``, ``resnet_basic`` and ``mixtral``
+architectures of :mod:`pipeplan.costmodel.tuning_models` at the sizes below: small configurations of
+``transformers`` models and of the zoo, at several widths, sequence lengths, image sizes and batch sizes (and
+audio lengths: HuBERT, since 2026-11-25, with 1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake
+activations; experts: Mixtral, since 2026-11-29), random weights, nothing downloaded. Each CPU's in-model CSV holds
+the families that existed when it was profiled: the Zen 4's has all; the Zen 5's all but ``mixtral`` (added
+2026-11-29, on the Zen 4); the Zen 3's all but ``resnet_basic`` (added 2026-11-29) and ``mixtral``; the Xeon's lacks
+``resnet_vd``, ``bigvgan``, ``resnet_basic`` and ``mixtral``
 (``--only resnet_vd,bigvgan,resnet_basic,mixtral`` adds them).
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
