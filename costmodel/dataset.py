@@ -20,7 +20,7 @@ from typing import Any
 from pipeplan.costmodel.analytic import DEFAULT_OVERHEAD
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device
-from pipeplan.costmodel.kept_apart import APART_OPS
+from pipeplan.costmodel.kept_apart import APART_OPS, TORCH_NAMESPACES
 
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "check_appendable", "contention_features",
@@ -104,7 +104,7 @@ def main_op(layer: Layer) -> str:
         namespace = op.partition(".")[0] if "." in op else ""
         if namespace == "aten" and op not in _SHAPE_OPS and op not in apart:
             return op
-        if namespace and namespace not in ("aten", "prims", "prim"):
+        if namespace and namespace not in TORCH_NAMESPACES:
             return op  # a custom operator (transformers' grouped matmul): the work, not the view before it
     return layer.ops[0] if layer.ops else "none"
 

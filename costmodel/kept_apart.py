@@ -1,5 +1,6 @@
-"""Operators that make a layer of their own, named without importing torch (the learned cost model
-reads these names; :mod:`pipeplan.costmodel.capture` groups by them).
+"""Operators that make a layer of their own, and the namespaces of torch's own operators, named without
+importing torch (the learned cost model reads these names; :mod:`pipeplan.costmodel.capture` groups by them
+and counts their FLOPs).
 
 A patch unfold or fold (``nn.Unfold`` / ``nn.Fold``) and a resize (``F.interpolate`` / ``nn.Upsample``)
 each run at a few GB/s on a CPU core: glue priced with one would be priced at its rate, and it,
@@ -8,7 +9,12 @@ inside a neighbour, at the neighbour's.
 
 from __future__ import annotations
 
-__all__ = ["APART_OPS", "RESIZE_OPS", "UNFOLD_OPS"]
+__all__ = ["APART_OPS", "RESIZE_OPS", "TORCH_NAMESPACES", "UNFOLD_OPS"]
+
+# Operators of these namespaces are torch's own (prim: metadata queries such as prim::device); any other
+# namespace is a custom operator (``transformers::grouped_mm_fallback``): capture warns when it counts no
+# FLOPs, and a layer holding one is named by it.
+TORCH_NAMESPACES = frozenset({"aten", "prims", "prim"})
 
 UNFOLD_OPS = ("aten.im2col", "aten.col2im")
 # F.interpolate / nn.Upsample: a gather with interpolation weights.

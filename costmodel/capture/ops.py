@@ -39,6 +39,8 @@ from torch._library.custom_ops import _maybe_get_opdef
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import FlopCounterMode
 
+from pipeplan.costmodel.kept_apart import TORCH_NAMESPACES
+
 __all__ = [
     "BODY_SECONDS",
     "FlopFormula",
@@ -57,7 +59,6 @@ log = logging.getLogger(__name__)
 #: the convention of :func:`torch.utils.flop_counter.register_flop_formula`.
 FlopFormula = Callable[..., int]
 
-_COUNTED_NAMESPACES = frozenset({"aten", "prims", "prim"})  # prim: metadata queries (prim::device)
 
 
 def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
@@ -187,7 +188,7 @@ class UncountedOps(TorchDispatchMode):
         packet = getattr(func, "overloadpacket", None)
         if packet is not None and packet not in self.counter.flop_registry:
             name = qualified_name(packet)
-            if name.split("::")[0] not in _COUNTED_NAMESPACES and name not in self.names:
+            if name.split("::")[0] not in TORCH_NAMESPACES and name not in self.names:
                 self.names.append(name)
         return func(*args, **kwargs)
 
