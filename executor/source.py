@@ -184,7 +184,7 @@ def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: in
     embeddings), so only values the model was shown are safe.  Integer tensors (token ids) are uniform
     over the example's range, so every id stays valid for the model's embedding; boolean tensors (masks)
     and other values are repeated as they are.  Every process that asks for the same batch gets the same
-    tensors.
+    tensors.  A tensor with no rows (an empty cache) stays as it is: there is no sample to draw.
 
     >>> x = batch_inputs((torch.zeros(2, 3),), microbatches=4, seed=0, index=1)[0]
     >>> tuple(x.shape)
@@ -193,7 +193,7 @@ def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: in
     gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
     out: list[Any] = []
     for arg in example:
-        if not isinstance(arg, torch.Tensor) or arg.dim() == 0:
+        if not isinstance(arg, torch.Tensor) or arg.dim() == 0 or arg.shape[0] == 0:
             out.append(arg)
             continue
         shape = (arg.shape[0] * microbatches, *arg.shape[1:])

@@ -149,3 +149,9 @@ def test_batch_inputs_are_deterministic_and_valid() -> None:
     assert all(any(torch.equal(row, s) for s in samples) for row in a[1])  # floats: the example's samples
     torch.testing.assert_close(a, b)
     assert not torch.equal(a[1], batch_inputs((tokens, samples), 3, seed=1, index=5)[1])
+
+
+def test_batch_inputs_keep_an_empty_tensor_empty() -> None:
+    empty_cache, tokens = torch.zeros(0, 4), torch.tensor([[3, 7]])
+    cache, batch = batch_inputs((empty_cache, tokens), microbatches=2, seed=0, index=0)
+    assert cache.shape == (0, 4) and batch.shape == (2, 2)
