@@ -24,7 +24,8 @@ from rich.console import Console
 from rich.table import Table
 
 from pipeplan.costmodel.analytic import RooflineModel
-from pipeplan.costmodel.dataset import contention_from_row, read_dataset
+from pipeplan.costmodel.dataset import contention_from_row
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.estimators import (
     Fitted,
     encode,

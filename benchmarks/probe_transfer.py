@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeplan.costmodel.dataset import read_dataset
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Device
 from pipeplan.costmodel.in_model import family, whole_model_errors, whole_model_summary

@@ -88,7 +88,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from pipeplan.costmodel.dataset import check_appendable, read_dataset, replace_rows
+    from pipeplan.costmodel.dataset_files import check_appendable, read_dataset, replace_rows
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
 
@@ -146,7 +146,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 def cmd_train(args: argparse.Namespace) -> None:
     from rich.console import Console
 
-    from pipeplan.costmodel.dataset import read_dataset, single_dtype
+    from pipeplan.costmodel.dataset_files import read_dataset, single_dtype
     from pipeplan.costmodel.learned import LearnedCostModel
 
     console = Console()

@@ -45,7 +45,8 @@ import numpy as np
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.base import CostModel
-from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features, single_dtype
+from pipeplan.costmodel.dataset import CATEGORICAL, NUMERIC, contention_features, layer_features
+from pipeplan.costmodel.dataset_files import single_dtype
 from pipeplan.costmodel.estimators import (
     Fitted,
     encode,

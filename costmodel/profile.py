@@ -43,13 +43,8 @@ import torch
 
 from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.dataset import DTYPES as DATASET_DTYPES
-from pipeplan.costmodel.dataset import (
-    check_appendable,
-    contention_features,
-    device_features,
-    layer_features,
-    write_rows,
-)
+from pipeplan.costmodel.dataset import contention_features, device_features, layer_features
+from pipeplan.costmodel.dataset_files import check_appendable, write_rows
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers

@@ -180,7 +180,7 @@ def _core0() -> Any:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from pipeplan.costmodel.dataset import replace_rows, write_rows
+    from pipeplan.costmodel.dataset_files import replace_rows, write_rows
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, help="CSV to write (appends when it exists)")

@@ -16,7 +16,8 @@ from torch import nn
 
 from pipeplan.costmodel.capture import capture
 from pipeplan.costmodel.cli import select_layers
-from pipeplan.costmodel.dataset import NUMERIC, check_appendable, layer_features, read_dataset, write_rows
+from pipeplan.costmodel.dataset import NUMERIC, layer_features
+from pipeplan.costmodel.dataset_files import check_appendable, read_dataset, write_rows
 from pipeplan.costmodel.graph import GraphError, ModelGraph
 from pipeplan.costmodel.layerspecs import channels_last_twin, default_sweep, parse_spec
 from pipeplan.costmodel.layout_backfill import backfill

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from pipeplan.costmodel.dataset import COLUMNS, read_dataset, replace_rows, write_rows
+from pipeplan.costmodel.dataset import COLUMNS
+from pipeplan.costmodel.dataset_files import read_dataset, replace_rows, write_rows
 from pipeplan.costmodel.registry import SHIPPED_DATASET, SHIPPED_NAMES
 from pipeplan.costmodel.source import capture_source
 from tests.cli_run import run

@@ -84,7 +84,7 @@ def test_gpu_load_as_contention() -> None:
 def test_gpu_rows_keep_the_cuda_event_span_and_cpu_rows_leave_it_empty(tmp_path) -> None:
     import math
 
-    from pipeplan.costmodel.dataset import read_dataset, write_rows
+    from pipeplan.costmodel.dataset_files import read_dataset, write_rows
     from pipeplan.costmodel.registry import SHIPPED_DATASET
     from pipeplan.costmodel.timing import GpuTiming, timing_columns
 

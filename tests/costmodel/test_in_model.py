@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
-from pipeplan.costmodel.dataset import read_dataset
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.hardware import Device
 from pipeplan.costmodel.in_model import BOUNDS, InModelCorrection, family, family_cross_validation, whole_model_errors
 from pipeplan.costmodel.learned import LearnedCostModel

@@ -14,7 +14,7 @@ import pytest
 
 from pipeplan.costmodel.analytic import RooflineModel
 from pipeplan.costmodel.cluster import load_cluster
-from pipeplan.costmodel.dataset import read_dataset
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.estimators import held_out_split
 from pipeplan.costmodel.hardware import NAME_ONLY_DESIGNS, Contention, Device, cpu_model, design
 from pipeplan.costmodel.learned import LearnedCostModel, ModelFileError

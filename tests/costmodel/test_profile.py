@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from pipeplan.costmodel.corunners import CoRunnerError, CoRunners
-from pipeplan.costmodel.dataset import COLUMNS, contention_from_row, read_dataset
+from pipeplan.costmodel.dataset import COLUMNS, contention_from_row
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.layerspecs import KINDS, LayerSpec, default_sweep, parse_spec
 from pipeplan.costmodel.profile import ProfileSettings, measure_device, pinned, profile, targets_from_specs

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import torch
 
-from pipeplan.costmodel.dataset import COLUMNS, read_dataset, single_dtype, write_rows
+from pipeplan.costmodel.dataset import COLUMNS
+from pipeplan.costmodel.dataset_files import read_dataset, single_dtype, write_rows
 from pipeplan.costmodel.hardware import Contention, Device
 from pipeplan.costmodel.layerspecs import parse_spec
 from pipeplan.costmodel.learned import LearnedCostModel
