@@ -17,6 +17,15 @@ mixtures, to judge that change again on architectures nobody tuned on or looked 
 HunYuan-MoE, ERNIE 4.5 MoE (a shared expert, a dense first layer), GLM-4 MoE (a shared expert, sigmoid routing with
 a bias), FlexOlmo and Llama 4's text model (top-1 experts by a batched matmul over all experts, a shared expert,
 chunked attention). DBRX was tried first and dropped before anything was scored (its config did not run).
+
+The twenty-sixth (``TWENTY_SIXTH``) was written on 2026-11-29 at 10:28 UTC, on a Xeon of cpu family 6, model 207,
+before that CPU had a model of its own and before a layer holding a custom operator was named by it wherever it
+runs (GPT-OSS's experts, one layer of 39 kernels from the routing's sort to the grouped matmuls, were priced as a
+sort): mixtures whose experts ``transformers`` runs another way than the twenty-fourth and twenty-fifth sets' —
+Aria's text decoder (weights stored transposed), OpenAI's privacy filter (transposed, with biases: GPT-OSS's kind,
+the only other one in ``transformers``), Nemotron-H (gateless ReLU² experts beside a Mamba-2 block) and MuseSpark's
+text model (experts between projections of the residual stream, normed after). Chosen from the experts' declared
+layout, without scoring any of them.
 """
 
 from __future__ import annotations
@@ -191,3 +200,57 @@ def llama4_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWENTY_FIFTH = ("qwen3_moe", "hunyuan_moe", "ernie_moe", "glm4_moe", "flex_olmo", "llama4_text")
+
+
+def aria_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Aria's 2-layer text decoder over 64 tokens: top 2 of 8 experts whose weights are stored transposed (no
+    transpose before the grouped matmul), one shared expert."""
+    from transformers import AriaTextConfig, AriaTextModel
+
+    config = AriaTextConfig(vocab_size=1000, hidden_size=128, intermediate_size=64, num_hidden_layers=2,
+                            num_attention_heads=4, num_key_value_heads=2, moe_num_experts=8, moe_topk=2,
+                            moe_num_shared_experts=1, pad_token_id=0, use_cache=False)
+    return AriaTextModel(config), _ids(batch_size)
+
+
+def privacy_filter(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """OpenAI's privacy-filter encoder, 2 layers over 64 tokens: bidirectional sliding-window attention with
+    sinks, top 2 of 8 experts with biases, stored transposed, as grouped matmuls."""
+    from transformers import OpenAIPrivacyFilterConfig, OpenAIPrivacyFilterModel
+
+    config = OpenAIPrivacyFilterConfig(vocab_size=1000, hidden_size=128, intermediate_size=128, head_dim=32,
+                                       num_attention_heads=4, num_key_value_heads=2, num_hidden_layers=2,
+                                       num_local_experts=8, num_experts_per_tok=2, sliding_window=16,
+                                       pad_token_id=0, eos_token_id=1, use_cache=False)
+    # Its default experts are a Python loop over the experts hit, which torch.export cannot trace.
+    config._experts_implementation = "grouped_mm"
+    return OpenAIPrivacyFilterModel(config), _ids(batch_size)
+
+
+def nemotron_h(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-block Nemotron-H over 64 tokens: a Mamba-2 block (PyTorch scan), a mixture of 8 gateless ReLU²
+    experts (top 2, one shared), attention, a dense ReLU² feed-forward."""
+    from transformers import NemotronHConfig, NemotronHModel
+
+    config = NemotronHConfig(vocab_size=1000, hidden_size=128, layers_block_type=["mamba", "moe", "attention", "mlp"],
+                             num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=32,
+                             intermediate_size=256, mamba_num_heads=8, mamba_head_dim=32, n_groups=1,
+                             ssm_state_size=16, chunk_size=32, use_mamba_kernels=False, n_routed_experts=8,
+                             moe_intermediate_size=64, moe_shared_expert_intermediate_size=64, use_cache=False)
+    return NemotronHModel(config), _ids(batch_size)
+
+
+def muse_spark_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """MuseSpark's text model, 2 layers over 64 tokens: experts between a down-projection and an up-projection
+    of the residual stream, normed after the experts; sliding-window and full attention alternating."""
+    from transformers import MuseSparkTextConfig, MuseSparkTextModel
+
+    config = MuseSparkTextConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=2,
+                                 num_attention_heads=4, num_key_value_heads=2, head_dim=32, sliding_window=16,
+                                 moe_intermediate_size=64, moe_hidden_size=96, num_local_experts=8,
+                                 num_experts_per_tok=2, layer_types=["sliding_attention", "full_attention"],
+                                 pad_token_id=0, use_cache=False)
+    return MuseSparkTextModel(config), _ids(batch_size)
+
+
+TWENTY_SIXTH = ("aria_text", "privacy_filter", "nemotron_h", "muse_spark_text")
