@@ -73,7 +73,7 @@ def main_op(layer: Layer) -> str:
     many times its size), and priced as the swept resizes it would be several times too dear.
 
     A convolution layer is named by its convolution, whatever runs before it in the layer (a weight
-    standardisation, a "SAME" padding).
+    standardisation, a "SAME" padding), and a layer that calls a custom operator by that operator.
 
     >>> main_op(Layer("x", "linear", "Linear", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
     ...               activation_bytes=1, kernels=1, ops=["aten.view", "aten.addmm", "aten.view"]))
@@ -84,19 +84,23 @@ def main_op(layer: Layer) -> str:
     >>> main_op(Layer("x", "matmul", "functional", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
     ...               activation_bytes=1, kernels=8, ops=["aten.transpose", "transformers.grouped_mm_fallback"]))
     'transformers.grouped_mm_fallback'
+    >>> main_op(Layer("x", "matmul", "GptOssExperts", 0, flops=1, bytes_read=1, bytes_written=1, param_bytes=0,
+    ...               activation_bytes=1, kernels=39,
+    ...               ops=["aten.sort", "aten.histc", "transformers.grouped_mm_fallback"]))
+    'transformers.grouped_mm_fallback'
     """
     if layer.kind == "conv":  # BiT's convolutions first standardise their weights (aten.batch_norm on them)
         conv = next((op for op in layer.ops if op.startswith(_CONV_OPS)), None)
         if conv is not None:
             return conv
+    # A custom operator (transformers' grouped matmul) is the layer's work wherever it runs in it: GPT-OSS's
+    # experts are one layer from the routing's sort to the grouped matmuls, and priced as a sort of 39 kernels.
+    custom = next((op for op in layer.ops if "." in op and op.partition(".")[0] not in TORCH_NAMESPACES), None)
+    if custom is not None:
+        return custom
     apart = () if layer.kind in ("resize", "unfold") else APART_OPS
-    for op in layer.ops:
-        namespace = op.partition(".")[0] if "." in op else ""
-        if namespace == "aten" and op not in _SHAPE_OPS and op not in apart:
-            return op
-        if namespace and namespace not in TORCH_NAMESPACES:
-            return op  # a custom operator (transformers' grouped matmul): the work, not the view before it
-    return layer.ops[0] if layer.ops else "none"
+    work = (op for op in layer.ops if op.startswith("aten.") and op not in _SHAPE_OPS and op not in apart)
+    return next(work, layer.ops[0] if layer.ops else "none")
 
 
 def op_base(op: str) -> str:

@@ -129,6 +129,33 @@ def test_moe_experts_of_transformers_are_counted() -> None:
     assert {main_op(layer) for layer in grouped} == {"transformers.grouped_mm_fallback"}
 
 
+class _SortedExperts(nn.Module):
+    """Experts whose weights need no transpose, routed inside the module: the sort that orders the tokens by
+    expert, their counts and the grouped matmul are one layer (GPT-OSS's kind)."""
+
+    def __init__(self, experts: int = 4, width: int = 16) -> None:
+        super().__init__()
+        self.experts = experts
+        self.weight = nn.Parameter(torch.randn(experts, width, width))
+        self.bias = nn.Parameter(torch.randn(experts, width))
+
+    def forward(self, x: torch.Tensor, expert_ids: torch.Tensor) -> torch.Tensor:
+        order = torch.sort(expert_ids).indices
+        counts = torch.histc(expert_ids.float(), bins=self.experts, min=0, max=self.experts - 1)
+        offsets = torch.cumsum(counts, 0).to(torch.int32)
+        out = torch.ops.transformers.grouped_mm_fallback(x[order], self.weight, offsets)
+        return out + self.bias[expert_ids[order]]
+
+
+def test_a_layer_that_routes_before_its_grouped_matmul_is_named_by_the_matmul() -> None:
+    pytest.importorskip("transformers.integrations.moe")  # registers transformers::grouped_mm_fallback
+    graph = capture(_SortedExperts().eval(), (torch.randn(12, 16), torch.randint(0, 4, (12,))))
+    [experts] = [layer for layer in graph.layers if "transformers.grouped_mm_fallback" in layer.ops]
+    assert experts.ops.index("aten.sort") < experts.ops.index("transformers.grouped_mm_fallback")
+    assert main_op(experts) == "transformers.grouped_mm_fallback"  # not a sort of this many kernels
+    assert experts.flops == 2 * 12 * 16 * 16 and experts.kernels > 4
+
+
 # -- torch.cond --------------------------------------------------------------------------------
 
 
