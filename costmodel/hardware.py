@@ -232,7 +232,8 @@ def cpu_model() -> str:
 # Profiles recorded before the family and model were (2026-11-22) give the CPU's name alone.  Where
 # the project knows which design took one, that design decides: the shipped Xeon profile was taken
 # on a Xeon of family 6, model 167 (164 GFLOP/s, 13.6 GB/s on one core), and a Xeon of model 207
-# with twice its bandwidth, sharing its name, was 14% off where model 167 is 11% (benchmarks/README.md).
+# sharing its name was 14% off where model 167 is 11% (benchmarks/README.md); model 207 has a profile
+# of its own since 2026-11-29.
 NAME_ONLY_DESIGNS = {"Intel(R) Xeon(R) Processor": "Intel(R) Xeon(R) Processor (cpu family 6, model 167)"}
 
 

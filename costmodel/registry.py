@@ -53,6 +53,8 @@ SHIPPED = (
             _DATA / "learned-cpu-epyc-zen4.zip"),
     Shipped("epyc-zen3", "AMD EPYC (cpu family 25, model 1, stepping 1)", _DATA / "profile-cpu-epyc-zen3.csv",
             _DATA / "learned-cpu-epyc-zen3.zip"),
+    Shipped("xeon-207", "Intel(R) Xeon(R) Processor (cpu family 6, model 207, stepping 2)",
+            _DATA / "profile-cpu-xeon-207.csv", _DATA / "learned-cpu-xeon-207.zip"),
 )
 # ``learned-NAME`` → the shipped model it names
 SHIPPED_NAMES = {f"learned-{s.name}": s for s in SHIPPED}

@@ -203,6 +203,7 @@ def test_each_shipped_model_was_trained_on_its_dataset_profiled_on_its_cpu_and_i
     ("AMD EPYC", "AMD EPYC (cpu family 25, model 49, stepping 0)", "xeon"),  # a fourth: the fallback
     ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 143, stepping 8)", "xeon"),
     ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 167, stepping 1)", "xeon"),
+    ("Intel(R) Xeon(R) Processor", "Intel(R) Xeon(R) Processor (cpu family 6, model 207, stepping 2)", "xeon-207"),
 ])
 def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, expected) -> None:
     import pipeplan.costmodel.hardware as hardware
@@ -214,7 +215,8 @@ def test_this_machines_cpu_picks_the_shipped_model(monkeypatch, name, model, exp
 
 def test_the_shipped_xeon_profile_is_one_xeon_not_every_cpu_of_that_name(monkeypatch, trained, caplog) -> None:
     """Its rows give the name alone; the design it was taken on (model 167) decides.  A Xeon of model
-    207 falls back to it all the same, but is told, and its own probe counts (``registry._probed_here``)."""
+    143 (no model of its own) falls back to it all the same, but is told, and its own probe counts
+    (``registry._probed_here``)."""
     import pipeplan.costmodel.hardware as hardware
     import pipeplan.costmodel.learned as learned_module
     from pipeplan.costmodel.hardware import same_cpu
@@ -223,9 +225,9 @@ def test_the_shipped_xeon_profile_is_one_xeon_not_every_cpu_of_that_name(monkeyp
     monkeypatch.setattr(hardware, "cpu_name", lambda: name)
     monkeypatch.setattr(hardware, "cpu_model", lambda: f"{name} (cpu family 6, model 167, stepping 7)")
     assert same_cpu(name) and shipped_for().name == "xeon"
-    model_207 = f"{name} (cpu family 6, model 207, stepping 2)"
-    monkeypatch.setattr(hardware, "cpu_model", lambda: model_207)
-    monkeypatch.setattr(learned_module, "cpu_model", lambda: model_207)  # the warning names this machine's CPU
+    model_143 = f"{name} (cpu family 6, model 143, stepping 8)"
+    monkeypatch.setattr(hardware, "cpu_model", lambda: model_143)
+    monkeypatch.setattr(learned_module, "cpu_model", lambda: model_143)  # the warning names this machine's CPU
     assert not same_cpu(name) and not same_cpu(NAME_ONLY_DESIGNS[name])
     assert shipped_for() is SHIPPED[0] and SHIPPED[0].cpu == name  # the fallback, now as a fallback
     cpu = load_cluster("local-cpu").devices[0]
@@ -233,7 +235,7 @@ def test_the_shipped_xeon_profile_is_one_xeon_not_every_cpu_of_that_name(monkeyp
     with caplog.at_level(logging.WARNING, logger="pipeplan.costmodel.learned"):
         legacy.layer_time(capture_model("mlp", 8).layers[0], cpu)
     warned = [r.getMessage() for r in caplog.records if r.name == "pipeplan.costmodel.learned"]
-    assert len(warned) == 1 and "model 207" in warned[0] and "(cpu family 6, model 167)'" in warned[0]
+    assert len(warned) == 1 and "model 143" in warned[0] and "(cpu family 6, model 167)'" in warned[0]
 
 
 def test_coverage_counts_rows_and_held_out_configurations_per_kind(trained, training_rows) -> None:
