@@ -20,7 +20,7 @@ chunked attention). DBRX was tried first and dropped before anything was scored 
 
 The twenty-sixth (``TWENTY_SIXTH``) was written on 2026-11-29 at 10:28 UTC, on a Xeon of cpu family 6, model 207,
 before that CPU had a model of its own and before a layer holding a custom operator was named by it wherever it
-runs (GPT-OSS's experts, one layer of 39 kernels from the routing's sort to the grouped matmuls, were priced as a
+runs (GPT-OSS's experts, one layer of 39 kernels from the routing's sort to the grouped matmuls, were named a
 sort): mixtures whose experts ``transformers`` runs another way than the twenty-fourth and twenty-fifth sets' —
 Aria's text decoder (weights stored transposed), OpenAI's privacy filter (transposed, with biases: GPT-OSS's kind,
 the only other one in ``transformers``), Nemotron-H (gateless ReLU² experts beside a Mamba-2 block) and MuseSpark's

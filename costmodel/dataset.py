@@ -94,7 +94,7 @@ def main_op(layer: Layer) -> str:
         if conv is not None:
             return conv
     # A custom operator (transformers' grouped matmul) is the layer's work wherever it runs in it: GPT-OSS's
-    # experts are one layer from the routing's sort to the grouped matmuls, and priced as a sort of 39 kernels.
+    # experts are one layer from the routing's sort to the grouped matmuls, which was named a sort.
     custom = next((op for op in layer.ops if "." in op and op.partition(".")[0] not in TORCH_NAMESPACES), None)
     if custom is not None:
         return custom
