@@ -26,6 +26,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import CapturedProgram, CaptureError, capture_program
+from pipeplan.costmodel.kept_apart import TORCH_NAMESPACES
 from pipeplan.costmodel.source import SourceError, build_source, import_source_module, parse_factory
 from pipeplan.executor.errors import PlanMismatchError
 from pipeplan.planner.plan import Plan
@@ -35,10 +36,11 @@ __all__ = ["Rebuilt", "batch_inputs", "batch_kwargs", "import_registrations", "r
 
 log = logging.getLogger(__name__)
 
-# Operator namespaces that torch itself provides: never a user's registration.
-_TORCH_NAMESPACES = frozenset({"aten", "prims", "prim", "_c10d_functional", "c10d_functional", "_c10d",
-                               "quantized", "_quantized", "higher_order", "profiler", "debugprims", "rngprims",
-                               "inductor", "_dtensor", "_export", "_operator", "mkldnn", "quantized_decomposed"})
+# Operator namespaces that torch itself provides: never a user's registration.  Capture's (those its FLOP
+# counter and the cost model take as torch's own) and the rest of torch's.
+_TORCH_NAMESPACES = TORCH_NAMESPACES | {"_c10d_functional", "c10d_functional", "_c10d", "quantized", "_quantized",
+                                        "higher_order", "profiler", "debugprims", "rngprims", "inductor", "_dtensor",
+                                        "_export", "_operator", "mkldnn", "quantized_decomposed"}
 
 
 @dataclass

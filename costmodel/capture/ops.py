@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 FlopFormula = Callable[..., int]
 
 
-
 def _grouped_mm_flops(a_shape: Any, b_shape: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
     """Grouped matmul: every row of ``a`` meets one group's matrix, so the cost is that of one
     matmul of all rows, however the rows are split among groups.
