@@ -26,6 +26,14 @@ Aria's text decoder (weights stored transposed), OpenAI's privacy filter (transp
 the only other one in ``transformers``), Nemotron-H (gateless ReLU² experts beside a Mamba-2 block) and MuseSpark's
 text model (experts between projections of the residual stream, normed after). Chosen from the experts' declared
 layout, without scoring any of them.
+
+The twenty-seventh (``TWENTY_SEVENTH``) was written on 2026-11-29 at 13:46 UTC, on the Xeon of cpu family 6, model
+167 (the one ``learned-xeon`` was profiled on), before that CPU's model was brought up to the other CPUs' kinds and
+tuning families, and before anything was scored on it: architectures of kinds no set has held, none a mixture —
+RoFormer (rotary positions in a BERT encoder), MPT (ALiBi biases), T5's encoder (bucketed relative-position
+biases, gated GELU), StableLM (rotary on a quarter of each head, layer norms), Parakeet's FastConformer encoder
+(depthwise-separable subsampling convolutions, relative-position attention) and AIMv2's vision encoder (SwiGLU,
+RMS norms). Each was checked to build, run and capture; none was timed or predicted before it went in.
 """
 
 from __future__ import annotations
@@ -254,3 +262,68 @@ def muse_spark_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWENTY_SIXTH = ("aria_text", "privacy_filter", "nemotron_h", "muse_spark_text")
+
+
+def roformer(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer RoFormer encoder over 128 tokens: BERT's layout with rotary positions applied to queries and keys
+    by interleaved sine and cosine tables (no learned positions)."""
+    from transformers import RoFormerConfig, RoFormerModel
+
+    config = RoFormerConfig(vocab_size=1000, hidden_size=128, embedding_size=128, num_hidden_layers=3,
+                            num_attention_heads=4, intermediate_size=512, max_position_embeddings=256)
+    return RoFormerModel(config), _ids(batch_size, 128)
+
+
+def mpt(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer MPT decoder over 64 tokens: ALiBi biases instead of positions, layer norms and linears without
+    biases, a GELU feed-forward of 4× the width."""
+    from transformers import MptConfig, MptModel
+
+    config = MptConfig(vocab_size=1000, d_model=128, n_heads=4, n_layers=3, expansion_ratio=4, max_seq_len=128,
+                       use_cache=False)
+    return MptModel(config), _ids(batch_size)
+
+
+def t5_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer T5 encoder over 128 tokens: bucketed relative-position biases, RMS norms, a gated-GELU
+    feed-forward (T5 v1.1's)."""
+    from transformers import T5Config, T5EncoderModel
+
+    config = T5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=384, num_layers=3, num_heads=4,
+                      feed_forward_proj="gated-gelu", use_cache=False)
+    return T5EncoderModel(config), _ids(batch_size, 128)
+
+
+def stablelm(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer StableLM over 64 tokens: rotary positions on a quarter of each head, layer norms (not RMS),
+    grouped-query attention, a SwiGLU feed-forward."""
+    from transformers import StableLmConfig, StableLmModel
+
+    config = StableLmConfig(vocab_size=1000, hidden_size=128, intermediate_size=352, num_hidden_layers=3,
+                            num_attention_heads=4, num_key_value_heads=2, partial_rotary_factor=0.25,
+                            use_cache=False)
+    return StableLmModel(config), _ids(batch_size)
+
+
+def parakeet_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Parakeet's FastConformer encoder, 2 layers over 200 mel frames: 8× subsampling by strided depthwise-separable
+    2-D convolutions, then conformer blocks (half-step feed-forwards, relative-position attention, a depthwise
+    1-D convolution module with batch norm)."""
+    from transformers import ParakeetEncoder, ParakeetEncoderConfig
+
+    config = ParakeetEncoderConfig(hidden_size=128, num_hidden_layers=2, num_attention_heads=4,
+                                   intermediate_size=512, num_mel_bins=80, subsampling_conv_channels=64)
+    return ParakeetEncoder(config), (torch.randn(batch_size, 200, 80),)
+
+
+def aimv2_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """AIMv2's 4-layer vision encoder on 112×112 images: a patch convolution, RMS norms, a SwiGLU feed-forward,
+    attention without biases."""
+    from transformers import Aimv2VisionConfig, Aimv2VisionModel
+
+    config = Aimv2VisionConfig(hidden_size=128, intermediate_size=352, num_hidden_layers=4,
+                               num_attention_heads=4, image_size=112, patch_size=14)
+    return Aimv2VisionModel(config), (torch.randn(batch_size, 3, 112, 112),)
+
+
+TWENTY_SEVENTH = ("roformer", "mpt", "t5_encoder", "stablelm", "parakeet_encoder", "aimv2_vision")
