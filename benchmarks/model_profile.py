@@ -217,13 +217,17 @@ def main() -> None:
     args = parser.parse_args()
     learned = [spec.strip() for spec in args.learned.split(",") if spec.strip()]
 
+    from pipeplan.costmodel.day_speed import measure_day_speed
     from pipeplan.costmodel.hardware import cpu_model
     from pipeplan.costmodel.profile import ProfileSettings, measure_device
 
     device = measure_device(ProfileSettings(cores=[0]))
+    # the matmul and copy figures miss the slow spells that whole models see; the tuning set's rows do not
+    speeds = [("start", measure_day_speed())]
     print(f"CPU {cpu_model()}, core 0, 1 thread; measured {device.peak_flops / 1e9:.0f} GFLOP/s, "
           f"{device.mem_bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}; load average at start "
-          f"{os.getloadavg()[0]:.2f} (other engineers' tests may run on this machine)\n")
+          f"{os.getloadavg()[0]:.2f} (other engineers' tests may run on this machine); whole models at start: "
+          f"{speeds[0][1].describe()}\n")
     predictors = [*learned, "roofline", "profile"]
     spread = " (range)" if args.rounds > 1 else ""
     print(f"| model | layers | eager ms{spread} | graph ms | " + " | ".join(f"{p} ms (err)" for p in predictors)
@@ -240,7 +244,9 @@ def main() -> None:
             eager, graph = time_chain(r["chain"], args.seconds)
             r["eager_runs"].append(eager)
             r["graph_runs"].append(graph)
-        print(f"round {round_}/{args.rounds} timed", file=sys.stderr, flush=True)
+        speeds.append((f"after round {round_}", measure_day_speed()))
+        print(f"round {round_}/{args.rounds} timed; whole models {speeds[-1][1].describe()}", file=sys.stderr,
+              flush=True)
     for r in results:
         r["measured"], r["measured_graph"] = (statistics.median(r["eager_runs"]), statistics.median(r["graph_runs"]))
         breakdowns += [f"| {r['model']} | {op} | {n} | {real * 1e3:.3f} | {guess * 1e3:.3f} | "
@@ -259,7 +265,11 @@ def main() -> None:
               f"{r['overhead_us']:.1f} µs | {r['loadavg']:.2f} |", flush=True)
     summary = ", ".join(f"{k} median |err| {statistics.median(abs(e) for e in v):.0%}, worst "
                         f"{max(v, key=abs):+.0%}" for k, v in errors.items())
-    print(f"\n{summary}; load average at end {os.getloadavg()[0]:.2f}")
+    if args.rounds == 1:
+        speeds.append(("end", measure_day_speed()))
+    spells = ", ".join(f"{when} {speed.ratio:.2f}×" for when, speed in speeds)
+    print(f"\n{summary}; load average at end {os.getloadavg()[0]:.2f}; whole models against the in-model rows: "
+          f"{spells}")
     if breakdowns:
         print(f"\nBy operator ({learned[-1]} against the in-model profile of the same layers, idle):\n\n"
               "| model | operator | layers | in-model ms | predicted ms | off by ms |\n|---|---|---:|---:|---:|---:|")

@@ -44,6 +44,11 @@ class Shipped:
     dataset: Path
     model: Path
 
+    @property
+    def in_model(self) -> Path:
+        """The in-model rows its model's correction was fitted on (``inmodel-cpu-NAME.csv`` beside the profile)."""
+        return self.dataset.with_name(self.dataset.name.replace("profile-", "inmodel-", 1))
+
 
 SHIPPED = (
     Shipped("xeon", "Intel(R) Xeon(R) Processor", _DATA / "profile-cpu-xeon.csv", _DATA / "learned-cpu-xeon.zip"),
