@@ -35,15 +35,10 @@ from pipeplan.costmodel.hardware import Device
 from pipeplan.costmodel.in_model import family, whole_model_errors, whole_model_summary
 from pipeplan.costmodel.learned import LearnedCostModel
 from pipeplan.costmodel.probe import PROBE_MODELS, ProbedCostModel, _quiet_times, fit
+from pipeplan.costmodel.registry import SHIPPED
 
-DATA = Path(__file__).resolve().parents[1] / "costmodel" / "data"
-# The CPUs with both a shipped model and an in-model table.
-CPUS = {
-    "xeon": (DATA / "learned-cpu-xeon.zip", DATA / "inmodel-cpu-xeon.csv"),
-    "zen4": (DATA / "learned-cpu-epyc-zen4.zip", DATA / "inmodel-cpu-epyc-zen4.csv"),
-    "zen3": (DATA / "learned-cpu-epyc-zen3.zip", DATA / "inmodel-cpu-epyc-zen3.csv"),
-    "zen5": (DATA / "learned-cpu-epyc.zip", DATA / "inmodel-cpu-epyc.csv"),
-}
+# Every shipped CPU: its model and its in-model table (named as ``learned-NAME`` names them: epyc is the Zen 5).
+CPUS = {s.name: (s.model, s.in_model) for s in SHIPPED}
 
 
 def layer_of(row: dict[str, Any]) -> Layer:
