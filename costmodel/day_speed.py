@@ -17,7 +17,6 @@ the start and after every round.
 from __future__ import annotations
 
 import argparse
-import csv
 import statistics
 import sys
 from collections.abc import Iterable, Mapping, Sequence
@@ -59,10 +58,11 @@ def entry_sums(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 
 def day_speed(now: Mapping[str, float], in_model: Path) -> DaySpeed:
-    """Each entry of ``now`` (seconds per entry) against its sum in ``in_model``; an entry the file lacks is an
-    error that names both."""
-    with in_model.open(newline="") as f:
-        then = entry_sums(csv.DictReader(f))
+    """Each entry of ``now`` (seconds per entry) against its sum in ``in_model``; an entry the file lacks, or a
+    file that is not a profile, is an error that names it."""
+    from pipeplan.costmodel.dataset_files import read_dataset
+
+    then = entry_sums(read_dataset(in_model))
     missing = sorted(set(now) - set(then))
     if missing:
         raise ValueError(f"{in_model}: no in-model rows of {', '.join(missing)} to compare with")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import csv
 import math
 
 import pytest
 
+from pipeplan.costmodel.dataset_files import read_dataset
 from pipeplan.costmodel.day_speed import day_speed, entry_sums, main, measure_day_speed
 from pipeplan.costmodel.registry import SHIPPED
 
@@ -14,8 +14,7 @@ IN_MODEL = SHIPPED[0].in_model  # the model-167 Xeon's: inmodel-cpu-xeon.csv
 
 
 def _shipped_sums() -> dict[str, float]:
-    with IN_MODEL.open(newline="") as f:
-        return entry_sums(csv.DictReader(f))
+    return entry_sums(read_dataset(IN_MODEL))
 
 
 def test_every_shipped_model_names_the_in_model_file_beside_its_profile() -> None:
@@ -47,6 +46,10 @@ def test_an_entry_the_file_lacks_and_an_unknown_entry_are_named(tmp_path, capsys
     assert "not entries of the tuning set: nope" in capsys.readouterr().err
     assert main(["--in-model", str(tmp_path / "absent.csv"), "--entries", "opt-b2-s16-w64", "--seconds", "0.05"]) == 2
     assert "absent.csv" in capsys.readouterr().err
+    graph = tmp_path / "graph.csv"
+    graph.write_text("name,flops\nx,1\n")
+    with pytest.raises(ValueError, match=r"graph\.csv: not a pipeplan profile dataset"):
+        day_speed({"opt-b2-s16-w64": 1.0}, graph)
 
 
 def test_a_real_entry_timed_now_is_compared_with_its_rows() -> None:
