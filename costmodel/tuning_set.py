@@ -8,10 +8,10 @@ architectures of :mod:`pipeplan.costmodel.tuning_models` at the sizes below: sma
 ``transformers`` models and of the zoo, at several widths, sequence lengths, image sizes and batch sizes (and
 audio lengths: HuBERT, since 2026-11-25, with 1-D convolutions; mel frames: BigVGAN, since 2026-11-28, with Snake
 activations; experts: Mixtral, since 2026-11-29), random weights, nothing downloaded. Each CPU's in-model CSV holds
-the families that existed when it was profiled: the Zen 4's and both Xeons' have all (the model-167 Xeon's got
-``resnet_vd``, ``bigvgan``, ``resnet_basic`` and ``mixtral`` on 2026-11-29); the Zen 5's all but ``mixtral`` (added
-2026-11-29, on the Zen 4); the Zen 3's all but ``resnet_basic`` (added 2026-11-29) and ``mixtral``
-(``--only resnet_basic,mixtral --seconds 3`` adds them).
+the families that existed when it was profiled: the Zen 4's, the Zen 5's and both Xeons' have all (the model-167
+Xeon's got ``resnet_vd``, ``bigvgan``, ``resnet_basic`` and ``mixtral`` on 2026-11-29, the Zen 5's ``mixtral`` the
+same day); the Zen 3's all but ``resnet_basic`` and ``mixtral`` (both added 2026-11-29;
+``--only resnet_basic,mixtral --seconds 3`` adds them).
 
 The evaluation set that issue 16's targets are measured on (``benchmarks/model_profile.py``:
 GPT-NeoX, DistilBERT, MobileNetV2, Swin) is kept out of this list, and nothing here is tuned on it.
