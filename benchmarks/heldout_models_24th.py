@@ -1,5 +1,6 @@
-"""Held-out sets from the twenty-fourth on (``heldout_models_21st.py`` holds the twenty-first to twenty-third,
-``heldout_models_more.py`` the fourteenth to the twentieth, ``heldout_models.py`` the first thirteen).
+"""The twenty-fourth to twenty-seventh held-out sets (``heldout_models_28th.py`` holds those after,
+``heldout_models_21st.py`` the twenty-first to twenty-third, ``heldout_models_more.py`` the fourteenth to the
+twentieth, ``heldout_models.py`` the first thirteen).
 
 The twenty-fourth (``TWENTY_FOURTH``) was written on 2026-11-29 at 07:38 UTC, on the Zen 4 EPYC (cpu family 25,
 model 17), before anything was done about mixtures of experts, which the Zen 5 priced low on the twenty-third set
