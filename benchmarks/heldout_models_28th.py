@@ -13,6 +13,18 @@ Each was checked to build and capture; none was timed or predicted before it wen
 Nystromformer were tried first and dropped before anything was scored: ``torch.export`` cannot trace either
 (``pipeplan graph`` says so); EnCodec's and Mimi's encoders too (EnCodec does not export, Mimi's small config
 did not build).
+
+The twenty-ninth (``TWENTY_NINTH``) was written on 2026-11-29 at 19:05 UTC, on the Xeon of cpu family 6, model
+207, before that CPU was profiled again and before anything was scored on it: Apertus (xIELU, a learned
+piecewise activation, in Python), BitNet (squared ReLU, a sub-norm before each output projection; weights as
+plain floats), Gemma 3n's text model (AltUp's four predicted streams, a low-rank "laurel" branch, per-layer
+input embeddings, sliding and full attention alternating), Qwen3-Next (Gated DeltaNet linear attention in
+PyTorch's chunked form, one gated full-attention layer in four, routed experts), CLAP's audio encoder (HTSAT: a
+Swin transformer over a mel spectrogram folded into a square), V-JEPA 2's video encoder (3-D rotary
+positions over tubelets) and LongT5's encoder (blocked local attention). Each was checked to build and capture;
+none was timed or predicted before it went in. Autoformer was tried and dropped before anything was scored
+(its factory's inputs did not trace); LongT5's transient-global attention does not trace at batch 2, so its
+local attention is used.
 """
 
 from __future__ import annotations
@@ -89,3 +101,88 @@ def codegen(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 TWENTY_EIGHTH = ("xglm", "data2vec_audio", "pixtral_vision", "diffllama", "falcon_h1", "codegen")
+
+
+def apertus(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer Apertus over 64 tokens: xIELU activations (transformers' Python fallback), a two-matrix
+    feed-forward, RMS norms on queries and keys, grouped-query attention, rotary positions."""
+    from transformers import ApertusConfig, ApertusModel
+
+    config = ApertusConfig(vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=3,
+                           num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    return ApertusModel(config), _ids(batch_size)
+
+
+def bitnet(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 3-layer BitNet over 64 tokens with its weights as plain floats: squared-ReLU gated feed-forward, an RMS
+    norm before each block's output projection, grouped-query attention, rotary positions."""
+    from transformers import BitNetConfig, BitNetModel
+
+    config = BitNetConfig(vocab_size=1000, hidden_size=128, intermediate_size=352, num_hidden_layers=3,
+                          num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    return BitNetModel(config), _ids(batch_size)
+
+
+def gemma3n_text(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Gemma 3n's 4-layer text model over 64 tokens: four AltUp streams predicted and corrected around each layer,
+    a rank-16 laurel branch beside attention, per-layer input embeddings, sliding (32) and full attention
+    alternating, a tanh-GELU gated feed-forward."""
+    from transformers import Gemma3nTextConfig, Gemma3nTextModel
+
+    config = Gemma3nTextConfig(vocab_size=1000, vocab_size_per_layer_input=1000, hidden_size=128,
+                               hidden_size_per_layer_input=32, intermediate_size=256, num_hidden_layers=4,
+                               num_attention_heads=4, num_key_value_heads=2, head_dim=32, num_kv_shared_layers=0,
+                               laurel_rank=16, altup_num_inputs=4, activation_sparsity_pattern=[0.0] * 4,
+                               layer_types=["sliding_attention", "full_attention"] * 2, sliding_window=32,
+                               use_cache=False)
+    return Gemma3nTextModel(config), _ids(batch_size)
+
+
+def qwen3_next(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Qwen3-Next over 64 tokens: three Gated DeltaNet layers (a short causal convolution, the delta
+    rule in PyTorch's chunked form, a gated RMS norm) and one gated full-attention layer; every layer's
+    feed-forward routes to 2 of 4 experts beside a shared one."""
+    from transformers import Qwen3NextConfig, Qwen3NextModel
+
+    config = Qwen3NextConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                             num_attention_heads=4, num_key_value_heads=2, head_dim=32, linear_num_value_heads=4,
+                             linear_num_key_heads=2, linear_key_head_dim=32, linear_value_head_dim=32, num_experts=4,
+                             num_experts_per_tok=2, moe_intermediate_size=64, shared_expert_intermediate_size=64,
+                             use_cache=False)
+    return Qwen3NextModel(config), _ids(batch_size)
+
+
+def clap_audio(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """CLAP's audio encoder (HTSAT) on 256 frames of a 64-bin mel spectrogram folded into a 128×128 square: a
+    batch norm over the bins, 4-pixel patches, four Swin stages (windows of 4) with patch merging."""
+    from transformers import ClapAudioConfig, ClapAudioModel
+
+    config = ClapAudioConfig(spec_size=128, patch_size=4, num_mel_bins=64, hidden_size=256,
+                             patch_embeds_hidden_size=32, depths=[1, 1, 2, 1], num_attention_heads=[2, 2, 4, 8],
+                             window_size=4, enable_fusion=False)
+    return ClapAudioModel(config), (torch.randn(batch_size, 1, 256, 64),)
+
+
+def vjepa2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """V-JEPA 2's 2-layer video encoder on 4 frames of 64×64 (the predictor skipped): 2×16×16 tubelets from a 3-D
+    convolution, rotary positions split over time, height and width."""
+    from transformers import VJEPA2Config, VJEPA2Model
+
+    config = VJEPA2Config(crop_size=64, frames_per_clip=4, tubelet_size=2, patch_size=16, hidden_size=128,
+                          num_hidden_layers=2, num_attention_heads=4, mlp_ratio=4.0, pred_hidden_size=64,
+                          pred_num_hidden_layers=1, pred_num_attention_heads=4)
+    return VJEPA2Model(config), (torch.randn(batch_size, 4, 3, 64, 64), None, None, True)
+
+
+def longt5_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """LongT5's 2-layer encoder over 128 tokens: local attention in blocks of 16 that see their neighbours,
+    relative position buckets, T5's RMS norm and ReLU feed-forward."""
+    from transformers import LongT5Config, LongT5EncoderModel
+
+    config = LongT5Config(vocab_size=1000, d_model=128, d_kv=32, d_ff=512, num_layers=2, num_heads=4,
+                          local_radius=16, encoder_attention_type="local", use_cache=False)
+    (ids,) = _ids(batch_size, 128)
+    return LongT5EncoderModel(config), (ids, torch.ones_like(ids))
+
+
+TWENTY_NINTH = ("apertus", "bitnet", "gemma3n_text", "qwen3_next", "clap_audio", "vjepa2", "longt5_encoder")
