@@ -35,6 +35,7 @@ from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
+from pipeplan.costmodel.steadiness import measure_steadiness
 from pipeplan.executor import RunOptions, RunReport, run_plan
 from pipeplan.executor.as_run import plan_stage_loads
 from pipeplan.planner.as_run_choice import choose_as_run
@@ -145,7 +146,8 @@ def main() -> None:
     notes = sorted({n for report in last.values() for n in report.notes if "wait" in n})
     for note in notes:
         console.print(f"note: {note}")
-    console.print(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    console.print(f"load average at the end: {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; "
+                  f"{measure_steadiness().describe()}")
     if args.json:
         _append_json(args, aware_problem, plans, chosen, throughput, measured)
 

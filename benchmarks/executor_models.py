@@ -39,6 +39,7 @@ from pipeplan.costmodel.cluster_detect import write_core_cluster
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.registry import load_cost_model
 from pipeplan.costmodel.source import capture_source
+from pipeplan.costmodel.steadiness import measure_steadiness
 from pipeplan.executor import RunOptions, run_plan
 from pipeplan.planner.baselines import time_balanced
 from pipeplan.planner.problem import PlanOptions, Problem
@@ -92,7 +93,7 @@ def main() -> None:
     folder = Path(tempfile.mkdtemp())
     print(f"# target {args.target}, cost model {args.costmodel}, batch {args.batch}, block granularity, "
           f"schedule {args.schedule}, "
-          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores; {measure_steadiness().describe()}")
     print(f"# {args.rounds} round(s), interleaved; figures are medians over the rounds (range)")
     print("| model | stages | check rel err | slowest stage pred ms | meas ms | median stage compute err | "
           "as run (waits priced) | Σ stage compute vs one stage | s |")

@@ -220,6 +220,7 @@ def main() -> None:
     from pipeplan.costmodel.day_speed import measure_day_speed
     from pipeplan.costmodel.hardware import cpu_model
     from pipeplan.costmodel.profile import ProfileSettings, measure_device
+    from pipeplan.costmodel.steadiness import measure_steadiness
 
     device = measure_device(ProfileSettings(cores=[0]))
     # the matmul and copy figures miss the slow spells that whole models see; the tuning set's rows do not
@@ -227,7 +228,7 @@ def main() -> None:
     print(f"CPU {cpu_model()}, core 0, 1 thread; measured {device.peak_flops / 1e9:.0f} GFLOP/s, "
           f"{device.mem_bandwidth / 1e9:.1f} GB/s; torch {torch.__version__}; load average at start "
           f"{os.getloadavg()[0]:.2f} (other engineers' tests may run on this machine); whole models at start: "
-          f"{speeds[0][1].describe()}\n")
+          f"{speeds[0][1].describe()}; {measure_steadiness().describe()}\n")
     predictors = [*learned, "roofline", "profile"]
     spread = " (range)" if args.rounds > 1 else ""
     print(f"| model | layers | eager ms{spread} | graph ms | " + " | ".join(f"{p} ms (err)" for p in predictors)
@@ -269,7 +270,7 @@ def main() -> None:
         speeds.append(("end", measure_day_speed()))
     spells = ", ".join(f"{when} {speed.ratio:.2f}×" for when, speed in speeds)
     print(f"\n{summary}; load average at end {os.getloadavg()[0]:.2f}; whole models against the in-model rows: "
-          f"{spells}")
+          f"{spells}; at end {measure_steadiness().describe()}")
     if breakdowns:
         print(f"\nBy operator ({learned[-1]} against the in-model profile of the same layers, idle):\n\n"
               "| model | operator | layers | in-model ms | predicted ms | off by ms |\n|---|---|---:|---:|---:|---:|")

@@ -91,6 +91,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.dataset_files import check_appendable, read_dataset, replace_rows
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
+    from pipeplan.costmodel.steadiness import warn_if_unsteady
 
     console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
     out = Path(args.out)
@@ -114,6 +115,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
                   + (" (GPU-sized sweep shapes)" if args.gpu is not None else "") + f" in {dtype} …")
     targets = _targets(args.layers, args.per_kind, args.gpu, dtype, args.channels_last)
     device = measure_device(settings)
+    if args.gpu is None:  # a GPU's clocks are its own; a CPU core shares its host with unseen tenants
+        warn_if_unsteady(settings.cores[0], console.print)
     console.print(f"device {device.type}: {device.peak_flops / 1e9:.1f} GFLOP/s (fp32 matmul), "
                   f"{device.mem_bandwidth / 1e9:.1f} GB/s (copy), measured idle on cores "
                   f"{list(settings.cores)} with {settings.threads} thread(s)")
@@ -233,10 +236,12 @@ def cmd_probe(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.hardware import same_cpu
     from pipeplan.costmodel.probe import default_path, run_probe
     from pipeplan.costmodel.registry import SHIPPED, SHIPPED_NAMES, load_cost_model
+    from pipeplan.costmodel.steadiness import warn_if_unsteady
 
     console = Console()
     names = args.base.split(",") if args.base else list(SHIPPED_NAMES)
     bases = [load_cost_model(n) for n in names]
+    warn_if_unsteady(args.cores[0], console.print)  # a probe's factors taken in a slow spell scale every plan
     started = time.monotonic()
     with console.status("probing") as status:
         probe = run_probe(bases, args.cores, args.seconds, args.models.split(","),

@@ -70,6 +70,7 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
 
     from pipeplan.costmodel.hardware import Contention, cpu_model
     from pipeplan.costmodel.model_profile import default_path
+    from pipeplan.costmodel.steadiness import warn_if_unsteady
     from pipeplan.executor.profile_model import ModelProfileSettings, profile_source
 
     if args.gpu is not None:
@@ -83,6 +84,7 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
         settings = ModelProfileSettings(levels=[Contention.parse(x) for x in args.levels.split(",")],
                                         cores=args.cores, threads=args.threads, min_passes=args.repeats,
                                         seconds_per_level=args.seconds_per_level, device_type=args.device_type)
+    warn_if_unsteady(settings.cores[0], console.print)
     console.print(f"profiling {args.model} ({granularity}) on cores {list(settings.cores)}, {settings.threads} "
                   f"thread(s), {len(settings.levels)} level(s) × {settings.seconds_per_level:g} s …")
     table = profile_source(source, granularity=granularity, settings=settings,
