@@ -26,7 +26,7 @@ none was timed or predicted before it went in. Autoformer was tried and dropped 
 (its factory's inputs did not trace); LongT5's transient-global attention does not trace at batch 2, so its
 local attention is used.
 
-The thirtieth (``THIRTIETH``) was written on 2026-11-29 at 22:10 UTC, on a fourth VM of the model-207 Xeon design
+The thirtieth (``THIRTIETH``) was written on 2026-11-29 at 21:40 UTC, on a fourth VM of the model-207 Xeon design
 (running whole models about 1.75× slower than the VM that design was last profiled on), before anything was
 scored on it: SAM's image encoder (windowed attention with decomposed relative positions, a convolutional neck),
 SAM 2's Hiera (query pooling where a stage begins), Kimi Linear (Kimi Delta Attention beside multi-head latent

@@ -1,0 +1,97 @@
+"""In-place writes under export: no cut the layer DAG allows may reorder a write and a read of one tensor.
+
+``torch.export`` keeps ``buf[..., i] = …`` as ``copy_`` into a view, and ``x.mul_(2)`` as ``mul_``: an
+operator that writes a tensor another operator read earlier, with no data edge between them. Kimi Linear's
+delta rule (forward substitution into slices) computed garbage when cut at leaf granularity. Every cut the
+captured DAG permits must compute the model's outputs, exactly.
+"""
+
+from __future__ import annotations
+
+import networkx as nx
+import torch
+from torch import nn
+
+from pipeplan.costmodel.capture import capture_program
+from pipeplan.executor.stages import split_program
+
+
+class WriteAfterRead(nn.Module):
+    """One module reads ``buf``; then a slice of ``buf`` is overwritten, and ``buf`` scaled in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        buf = x.clone()
+        head = buf[:, :4]  # a view, read after its base is written
+        r = self.a(buf)
+        buf[:, 4:] = self.b(x)[:, 4:]
+        buf.mul_(2)
+        return r + buf + head.sum(-1, keepdim=True)
+
+
+class Halve(nn.Module):
+    def forward(self, t: torch.Tensor) -> torch.Tensor:
+        return t * 0.5
+
+
+class ForwardSubstitution(nn.Module):
+    """Rows of a lower-triangular system rewritten in place, each from the rows before it, as ``transformers``
+    solves the delta rule under export; a module reads each row (one layer for its five calls)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(6, 6)
+        self.halve = Halve()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        system = self.proj(x).tril(-1)
+        for i in range(1, 6):
+            row = self.halve(system[..., i, :i])
+            system[..., i, :i] = row + (row.unsqueeze(-2) @ system[..., :i, :i]).squeeze(-2)
+        return (system + torch.eye(6)) @ x
+
+
+def _every_allowed_cut(model: nn.Module, x: torch.Tensor) -> list[str]:
+    """For each layer, the cut after it and its ancestors (a split the DAG allows); the cuts whose outputs
+    differ from the model's."""
+    model.eval()
+    captured = capture_program(model, (x,))
+    graph = captured.graph
+    dag = nx.DiGraph()
+    dag.add_nodes_from(la.name for la in graph.layers)
+    dag.add_edges_from((u, v) for u, v, _ in graph.edges())
+    order = [la.name for la in sorted(graph.layers, key=lambda la: la.order)]
+    with torch.no_grad():
+        want = model(x)
+    wrong = []
+    for layer in order:
+        first = nx.ancestors(dag, layer) | {layer}
+        if len(first) == len(order):
+            continue
+        stages = split_program(captured, [[n for n in order if n in first], [n for n in order if n not in first]])
+        values: tuple[torch.Tensor, ...] = (x,)
+        with torch.no_grad():
+            for stage in stages:
+                values = stage.module(*values)
+        if not torch.equal(values[0], want):
+            wrong.append(layer)
+    return wrong
+
+
+def test_a_write_never_moves_before_an_earlier_read_of_its_tensor() -> None:
+    torch.manual_seed(0)
+    assert _every_allowed_cut(WriteAfterRead(), torch.randn(3, 8)) == []
+
+
+def test_forward_substitution_into_slices_stays_exact_under_every_cut() -> None:
+    torch.manual_seed(0)
+    assert _every_allowed_cut(ForwardSubstitution(), torch.randn(2, 6, 6)) == []
+
+
+def test_a_model_without_in_place_writes_keeps_its_layers() -> None:
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
+    assert [la.name for la in capture_program(model, (torch.randn(2, 4),)).graph.layers] == ["0", "1", "2"]
