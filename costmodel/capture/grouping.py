@@ -8,15 +8,14 @@ or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2
 never merges, and no glue joins it nor a module's group that starts with one (``nn.Unfold``,
 ``nn.Upsample``): each runs at a few GB/s (overlapping patches copy the input many times over; a
 bilinear resize gathers four pixels per output), and a cost model prices it as a layer of its own,
-from the tensor it unfolds or resizes.  A tensor written in place (``copy_`` into a slice, ``mul_``,
-``index_put_``: export keeps them) joins every operator that views, writes or reads it into one layer, so that
-no cut the layer DAG allows runs a write before a read that preceded it or sends a stale view on.
+from the tensor it unfolds or resizes.  A write in place (``copy_`` into a slice, ``mul_``,
+``index_put_``: export keeps them) shares a layer with each reader of the same tensor that data edges alone would
+let a cut reorder against it (:mod:`pipeplan.costmodel.capture.inplace`).
 :mod:`pipeplan.costmodel.capture.assemble` turns the result into layers.
 """
 
 from __future__ import annotations
 
-import operator
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -25,6 +24,7 @@ import networkx as nx
 import torch
 
 from pipeplan.costmodel.capture.features import APART_OPS, OpStats, op_name
+from pipeplan.costmodel.capture.inplace import kept_together
 from pipeplan.costmodel.capture.owners import Owners
 
 __all__ = ["Group", "Grouping", "UnionFind", "group_operators"]
@@ -107,15 +107,12 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         q.add_edges_from((uf.find(u), uf.find(v)) for u, v in raw_edges if uf.find(u) != uf.find(v))
         return q
 
-    # -- a tensor written in place: every operator that touches it (or a view of it) joins one layer,
-    # and the groups that join closes a cycle through, too.  Data edges do not order a write after the
-    # reads before it, nor a view's reader after a write to its base: cut between them, a stage runs
-    # the write first (Kimi Linear's delta rule, solved by forward substitution into slices under export,
-    # computed garbage at leaf granularity), or a view sent to the next stage misses its base's write.
-    touching = _touching_written(ops)
-    if touching:
-        for names in touching:
-            gids = sorted({assign[name] for name in names})
+    # -- in-place writes: operators that data edges do not order as the graph does share a layer
+    # (pipeplan.costmodel.capture.inplace), and so do the groups that joining closes a cycle through.
+    together = kept_together(ops)
+    if together:
+        for names in together:
+            gids = sorted({assign[name] for name in names if name in assign})
             for gid in gids[1:]:
                 uf.union(gids[0], gid)
         for cycle in nx.strongly_connected_components(quotient()):
@@ -165,42 +162,6 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
 
 
     return Grouping(groups, uf, assign)
-
-
-def _touching_written(ops: list[torch.fx.Node]) -> list[set[str]]:
-    """Per tensor some operator of ``ops`` writes in place: the names of the operators that view, write or read
-    it or any of its views (an op's schema says which of its results alias which input).  Its creator is left
-    out: what it makes reaches them as one tensor, and every alias of it is made among them."""
-    alias = UnionFind()
-    ids: dict[str, int] = {}
-    for n in (n for op in ops for n in (op, *op.all_input_nodes)):
-        ids.setdefault(n.name, len(ids))
-    written: set[int] = set()
-    for n in ops:
-        source = n.args[0] if n.args else None
-        if n.target is operator.getitem and isinstance(source, torch.fx.Node):
-            alias.union(ids[source.name], ids[n.name])  # an element of a list of views (split, unbind)
-            continue
-        schema = getattr(n.target, "_schema", None)
-        if schema is None:
-            continue
-        for k, arg in enumerate(schema.arguments):
-            value = n.args[k] if k < len(n.args) else n.kwargs.get(arg.name)
-            if arg.alias_info is None or not isinstance(value, torch.fx.Node):
-                continue
-            alias.union(ids[value.name], ids[n.name])  # the result is the input or a view of it
-            if arg.alias_info.is_write:
-                written.add(ids[value.name])
-    if not written:
-        return []
-    dirty = {alias.find(i) for i in written}
-    touching: dict[int, set[str]] = defaultdict(set)
-    for n in ops:  # the operator that creates the tensor may stay apart: it sends it on as one tensor
-        for node in n.all_input_nodes:
-            root = alias.find(ids[node.name])
-            if root in dirty:
-                touching[root].add(n.name)
-    return [names for names in touching.values() if len(names) > 1]
 
 
 def _kept_apart(group: Group) -> bool:

@@ -1,0 +1,115 @@
+"""In-place writes in an exported graph: which operators a cut must never separate.
+
+``torch.export`` keeps in-place writes (``copy_`` into a slice, ``mul_``, ``index_put_``): an operator that writes
+a tensor has no data edge from the operators that read it before, and a reader of a view made before the write
+has none from the write. A layer DAG built from data edges alone then allows cuts that run a write before an
+earlier read, or that send a view to the next stage apart from its base, so that the base's later write never
+reaches it (Kimi Linear's delta rule, solved by forward substitution into slices under export, computed garbage
+when cut at leaf granularity).
+
+An operator's schema says which of its results alias which input (``Tensor(a)``: a view; ``Tensor(a!)``: written).
+For every tensor something writes, the operators that take it or any alias of it as input are its *touchers*.
+A write ``w`` and a toucher ``t`` are safe apart when the data edges already order them as the graph does: ``t``
+before ``w`` is an ancestor of ``w``; ``t`` after ``w`` takes only ``w``'s result or values computed from it.
+Any other pair must share a layer, together with the views each takes its aliases through (so that no view
+crosses a cut apart from its base). A residual added in place and then activated (``x += r; relu(x)``) is safe
+and keeps its layers; a row rewritten from the rows before it is not.
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import defaultdict
+
+from torch import fx
+
+__all__ = ["kept_together"]
+
+
+class _Aliases:
+    """Which graph values share storage (union-find on node names), and which of them are written."""
+
+    def __init__(self, ops: list[fx.Node]) -> None:
+        self.parent: dict[str, str] = {}
+        self.writes: list[tuple[fx.Node, fx.Node]] = []  # (writing operator, the value it writes)
+        for n in ops:
+            source = n.args[0] if n.args else None
+            if n.target is operator.getitem and isinstance(source, fx.Node):
+                self.union(source.name, n.name)  # an element of a list of views (split, unbind)
+                continue
+            schema = getattr(n.target, "_schema", None)
+            for k, arg in enumerate(schema.arguments if schema is not None else ()):
+                value = n.args[k] if k < len(n.args) else n.kwargs.get(arg.name)
+                if arg.alias_info is None or not isinstance(value, fx.Node):
+                    continue
+                self.union(value.name, n.name)  # the result is the input, or a view of it
+                if arg.alias_info.is_write:
+                    self.writes.append((n, value))
+
+    def find(self, name: str) -> str:
+        root = name
+        while self.parent.get(root, root) != root:
+            root = self.parent[root]
+        while name != root:
+            self.parent[name], name = root, self.parent.get(name, name)
+        return root
+
+    def union(self, a: str, b: str) -> None:
+        self.parent[self.find(b)] = self.find(a)
+
+
+def kept_together(ops: list[fx.Node]) -> list[set[str]]:
+    """Sets of operator names (of ``ops``, in graph order) that must share a layer; empty without in-place writes."""
+    aliases = _Aliases(ops)
+    if not aliases.writes:
+        return []
+    written = {aliases.find(value.name) for _, value in aliases.writes}
+    position = {n.name: i for i, n in enumerate(ops[0].graph.nodes)}
+    touchers: dict[str, list[tuple[fx.Node, list[fx.Node]]]] = defaultdict(list)
+    for n in ops:
+        by_tensor: dict[str, list[fx.Node]] = defaultdict(list)
+        for a in n.all_input_nodes:
+            if (root := aliases.find(a.name)) in written:
+                by_tensor[root].append(a)
+        for root, inputs in by_tensor.items():
+            touchers[root].append((n, inputs))
+
+    def reaches(source: fx.Node, target: fx.Node) -> bool:
+        """Whether ``target`` is ``source`` or computed from it (only nodes between the two need a look)."""
+        floor, seen, stack = position[source.name], {target}, [target]
+        while stack:
+            n = stack.pop()
+            if n is source:
+                return True
+            for a in n.all_input_nodes:
+                if a not in seen and position[a.name] >= floor:
+                    seen.add(a)
+                    stack.append(a)
+        return False
+
+    def views(inputs: list[fx.Node], root: str) -> set[str]:
+        """The operators that made ``inputs`` from the tensor's creator: views and writes, not the creator."""
+        found: set[str] = set()
+        stack = list(inputs)
+        while stack:
+            a = stack.pop()
+            made_from = [b for b in a.all_input_nodes if aliases.find(b.name) == root]
+            if a.op == "call_function" and made_from and a.name not in found:
+                found.add(a.name)
+                stack.extend(made_from)
+        return found
+
+    together: list[set[str]] = []
+    for root, touches in touchers.items():
+        inputs_of = {t.name: inputs for t, inputs in touches}
+        for w, _ in aliases.writes:
+            if w.name not in inputs_of or aliases.find(w.name) != root:
+                continue
+            for t, inputs in touches:
+                if t is w:
+                    continue
+                safe = (reaches(t, w) if position[t.name] < position[w.name]
+                        else all(reaches(w, a) for a in inputs))
+                if not safe:
+                    together.append({w.name, t.name} | views(inputs_of[w.name], root) | views(inputs, root))
+    return together
