@@ -26,6 +26,7 @@ import torch
 from pipeplan.costmodel.capture.features import APART_OPS, OpStats, op_name
 from pipeplan.costmodel.capture.inplace import kept_together
 from pipeplan.costmodel.capture.owners import Owners
+from pipeplan.costmodel.capture.union_find import UnionFind
 
 __all__ = ["Group", "Grouping", "UnionFind", "group_operators"]
 
@@ -41,29 +42,11 @@ class Group:
     ops: list[torch.fx.Node] = field(default_factory=list)
 
 
-class UnionFind:
-    """Which group each group was merged into; ``find`` compresses paths as it goes."""
-
-    def __init__(self) -> None:
-        self.parent: dict[int, int] = {}
-
-    def find(self, x: int) -> int:
-        root = x
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while x != root:
-            self.parent[x], x = root, self.parent.get(x, x)
-        return root
-
-    def union(self, into: int, other: int) -> None:
-        self.parent[self.find(other)] = self.find(into)
-
-
 class Grouping(NamedTuple):
     """What :func:`group_operators` decided."""
 
     groups: list[Group]
-    union: UnionFind  # group id → the group it was merged into (a layer is one root)
+    union: UnionFind[int]  # group id → the group it was merged into (a layer is one root)
     assign: dict[str, int]  # operator node name → its group id, before merging
 
 
@@ -97,7 +80,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     # The groups an unfold, fold or resize starts (it and the views after it), and the modules' groups
     # that start with one (nn.Unfold, nn.Fold, nn.Upsample): glue joins none of them.
     apart = {g.gid for g in groups if _kept_apart(g)}
-    uf = UnionFind()
+    uf: UnionFind[int] = UnionFind()
     raw_edges = {(assign[a.name], assign[n.name]) for n in ops for a in n.all_input_nodes
                  if a.name in assign and assign[a.name] != assign[n.name]}
 

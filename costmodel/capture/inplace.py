@@ -23,14 +23,16 @@ from collections import defaultdict
 
 from torch import fx
 
+from pipeplan.costmodel.capture.union_find import UnionFind
+
 __all__ = ["kept_together"]
 
 
-class _Aliases:
-    """Which graph values share storage (union-find on node names), and which of them are written."""
+class _Aliases(UnionFind[str]):
+    """Which graph values share storage (by node name), and which of them are written."""
 
     def __init__(self, ops: list[fx.Node]) -> None:
-        self.parent: dict[str, str] = {}
+        super().__init__()
         self.writes: list[tuple[fx.Node, fx.Node]] = []  # (writing operator, the value it writes)
         for n in ops:
             source = n.args[0] if n.args else None
@@ -45,17 +47,6 @@ class _Aliases:
                 self.union(value.name, n.name)  # the result is the input, or a view of it
                 if arg.alias_info.is_write:
                     self.writes.append((n, value))
-
-    def find(self, name: str) -> str:
-        root = name
-        while self.parent.get(root, root) != root:
-            root = self.parent[root]
-        while name != root:
-            self.parent[name], name = root, self.parent.get(name, name)
-        return root
-
-    def union(self, a: str, b: str) -> None:
-        self.parent[self.find(b)] = self.find(a)
 
 
 def kept_together(ops: list[fx.Node]) -> list[set[str]]:
