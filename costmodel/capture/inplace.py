@@ -90,17 +90,22 @@ def kept_together(ops: list[fx.Node]) -> list[set[str]]:
                 stack.extend(made_from)
         return found
 
-    together: list[set[str]] = []
+    joined: UnionFind[str] = UnionFind()
     for root, touches in touchers.items():
         inputs_of = {t.name: inputs for t, inputs in touches}
         for w, _ in aliases.writes:
             if w.name not in inputs_of or aliases.find(w.name) != root:
                 continue
             for t, inputs in touches:
-                if t is w:
+                # joined already: through pairs that each brought their views along, so nothing is left to add
+                if t is w or joined.find(t.name) == joined.find(w.name):
                     continue
                 safe = (reaches(t, w) if position[t.name] < position[w.name]
                         else all(reaches(w, a) for a in inputs))
                 if not safe:
-                    together.append({w.name, t.name} | views(inputs_of[w.name], root) | views(inputs, root))
-    return together
+                    for name in {t.name} | views(inputs_of[w.name], root) | views(inputs, root):
+                        joined.union(w.name, name)
+    together: dict[str, set[str]] = defaultdict(set)
+    for name in joined.parent:
+        together[joined.find(name)].add(name)
+    return list(together.values())
