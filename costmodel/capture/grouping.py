@@ -90,19 +90,6 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         q.add_edges_from((uf.find(u), uf.find(v)) for u, v in raw_edges if uf.find(u) != uf.find(v))
         return q
 
-    # -- in-place writes: operators that data edges do not order as the graph does share a layer
-    # (pipeplan.costmodel.capture.inplace), and so do the groups that joining closes a cycle through.
-    together = kept_together(ops)
-    if together:
-        for names in together:
-            gids = sorted({assign[name] for name in names if name in assign})
-            for gid in gids[1:]:
-                uf.union(gids[0], gid)
-        for cycle in nx.strongly_connected_components(quotient()):
-            first, *rest = sorted(cycle)
-            for gid in rest:
-                uf.union(first, gid)
-
     # -- a module called more than once: one layer, unless that would make a cycle ----------
     calls: dict[str, list[Group]] = defaultdict(list)
     for g in groups:
@@ -143,7 +130,20 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         uf.union(target, g.gid)
         q = nx.contracted_nodes(q, target, g.gid, self_loops=False, copy=False)
 
-
+    # -- in-place writes: a write and a reader of the same tensor that the layers do not order as the graph
+    # does share a layer (pipeplan.costmodel.capture.inplace), and so do the layers joining closes a cycle through
+    q = quotient()
+    together = kept_together(ops, lambda name: uf.find(assign[name]) if name in assign else None,
+                             lambda gid: nx.ancestors(q, gid))
+    for names in together:
+        gids = sorted({uf.find(assign[name]) for name in names if name in assign})
+        for gid in gids[1:]:
+            uf.union(gids[0], gid)
+    if together:
+        for cycle in nx.strongly_connected_components(quotient()):
+            first, *rest = sorted(cycle)
+            for gid in rest:
+                uf.union(first, gid)
     return Grouping(groups, uf, assign)
 
 

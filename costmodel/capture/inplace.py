@@ -9,17 +9,21 @@ when cut at leaf granularity).
 
 An operator's schema says which of its results alias which input (``Tensor(a)``: a view; ``Tensor(a!)``: written).
 For every tensor something writes, the operators that take it or any alias of it as input are its *touchers*.
-A write ``w`` and a toucher ``t`` are safe apart when the data edges already order them as the graph does: ``t``
-before ``w`` is an ancestor of ``w``; ``t`` after ``w`` takes only ``w``'s result or values computed from it.
-Any other pair must share a layer, together with the views each takes its aliases through (so that no view
-crosses a cut apart from its base). A residual added in place and then activated (``x += r; relu(x)``) is safe
-and keeps its layers; a row rewritten from the rows before it is not.
+A write ``w`` and a toucher ``t`` are safe apart when the layers grouped so far already order them as the graph
+does: ``t`` before ``w`` is in ``w``'s layer or one upstream of it (or an ancestor of ``w``); ``t`` after ``w``
+takes only values computed from ``w``'s result or made in ``w``'s layer, which cross a cut, if they do, once the
+write is done. Any other pair must share a layer, together with the views each takes its aliases through (so
+that no view crosses a cut apart from its base). A residual added in place and then activated (``x += r;
+relu(x)``) is safe and keeps its layers, and so is a mask filled in place in one layer and read by every
+attention layer after it; a row rewritten from the rows before it, by operators of other layers, is not.
 """
 
 from __future__ import annotations
 
+import functools
 import operator
 from collections import defaultdict
+from collections.abc import Callable
 
 from torch import fx
 
@@ -49,8 +53,12 @@ class _Aliases(UnionFind[str]):
                     self.writes.append((n, value))
 
 
-def kept_together(ops: list[fx.Node]) -> list[set[str]]:
-    """Sets of operator names (of ``ops``, in graph order) that must share a layer; empty without in-place writes."""
+def kept_together(ops: list[fx.Node], layer_of: Callable[[str], int | None],
+                  upstream: Callable[[int], set[int]]) -> list[set[str]]:
+    """Sets of operator names (of ``ops``, in graph order) that must share a layer; empty without in-place writes.
+
+    ``layer_of`` gives an operator's layer as grouped so far (None for a value no operator of ``ops`` makes) and
+    ``upstream`` a layer's ancestors among them: a write and a reader already ordered by their layers are safe."""
     aliases = _Aliases(ops)
     if not aliases.writes:
         return []
@@ -78,6 +86,18 @@ def kept_together(ops: list[fx.Node]) -> list[set[str]]:
                     stack.append(a)
         return False
 
+    upstream_of = functools.cache(upstream)
+
+    def ordered(t: fx.Node, w: fx.Node, inputs: list[fx.Node]) -> bool:
+        """Whether every cut keeps toucher ``t`` where the graph has it against write ``w``: before it, in its
+        layer or one upstream; after it, reading only values computed from it or made in its layer (which cross
+        a cut, if they do, once the write is done)."""
+        lw = layer_of(w.name)
+        if position[t.name] < position[w.name]:
+            lt = layer_of(t.name)
+            return lt == lw or (lw is not None and lt in upstream_of(lw)) or reaches(t, w)
+        return all(layer_of(a.name) == lw or reaches(w, a) for a in inputs)
+
     def views(inputs: list[fx.Node], root: str) -> set[str]:
         """The operators that made ``inputs`` from the tensor's creator: views and writes, not the creator."""
         found: set[str] = set()
@@ -100,12 +120,11 @@ def kept_together(ops: list[fx.Node]) -> list[set[str]]:
                 # joined already: through pairs that each brought their views along, so nothing is left to add
                 if t is w or joined.find(t.name) == joined.find(w.name):
                     continue
-                safe = (reaches(t, w) if position[t.name] < position[w.name]
-                        else all(reaches(w, a) for a in inputs))
-                if not safe:
+                if not ordered(t, w, inputs):
                     for name in {t.name} | views(inputs_of[w.name], root) | views(inputs, root):
                         joined.union(w.name, name)
     together: dict[str, set[str]] = defaultdict(set)
-    for name in joined.parent:
-        together[joined.find(name)].add(name)
+    for name in list(joined.parent):  # every name joined to another, and each set's root
+        root = joined.find(name)
+        together[root] |= {name, root}
     return list(together.values())

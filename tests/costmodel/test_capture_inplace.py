@@ -13,6 +13,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
+from pipeplan.costmodel.capture.inplace import kept_together
 from pipeplan.executor.stages import split_program
 
 
@@ -55,6 +56,23 @@ class ForwardSubstitution(nn.Module):
         return (system + torch.eye(6)) @ x
 
 
+class FilledBySlices(nn.Module):
+    """A buffer made empty, filled slice by slice from two modules, read whole by a third (multi-head latent
+    attention's keys in DeepSeek-V2 and Kimi Linear): the reader takes the buffer, not the writes' results."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 4)
+        self.b = nn.Linear(8, 4)
+        self.c = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        keys = x.new_empty(x.shape[0], 8)
+        keys[:, :4] = self.a(x)
+        keys[:, 4:] = self.b(x)
+        return self.c(keys)
+
+
 def _every_allowed_cut(model: nn.Module, x: torch.Tensor) -> list[str]:
     """For each layer, the cut after it and its ancestors (a split the DAG allows); the cuts whose outputs
     differ from the model's."""
@@ -95,3 +113,18 @@ def test_forward_substitution_into_slices_stays_exact_under_every_cut() -> None:
 def test_a_model_without_in_place_writes_keeps_its_layers() -> None:
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2)).eval()
     assert [la.name for la in capture_program(model, (torch.randn(2, 4),)).graph.layers] == ["0", "1", "2"]
+
+
+def test_a_buffer_filled_by_slices_is_read_only_after_every_write() -> None:
+    torch.manual_seed(0)
+    assert _every_allowed_cut(FilledBySlices(), torch.randn(3, 8)) == []
+
+
+def test_each_operator_in_its_own_layer_the_writes_their_views_and_the_reader_are_kept_together() -> None:
+    program = torch.export.export(FilledBySlices().eval(), (torch.randn(3, 8),), strict=False)
+    ops = [n for n in program.graph.nodes if n.op == "call_function"]
+    own = {n.name: i for i, n in enumerate(ops)}  # no layer orders anything yet
+    # the buffer's creator stays apart: it reaches them as one tensor
+    assert kept_together(ops, own.get, lambda layer: set()) == [{"slice_1", "copy_", "slice_2", "copy__1", "linear_2"}]
+    # with every operator in one layer, nothing is left to join
+    assert kept_together(ops, lambda name: 0, lambda layer: set()) == []
