@@ -16,6 +16,7 @@ let a cut reorder against it (:mod:`pipeplan.costmodel.capture.inplace`).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -132,9 +133,9 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
 
     # -- in-place writes: a write and a reader of the same tensor that the layers do not order as the graph
     # does share a layer (pipeplan.costmodel.capture.inplace), and so do the layers joining closes a cycle through
-    q = quotient()
+    grouped = functools.cache(quotient)  # built only for a graph with in-place writes
     together = kept_together(ops, lambda name: uf.find(assign[name]) if name in assign else None,
-                             lambda gid: nx.ancestors(q, gid))
+                             lambda gid: nx.ancestors(grouped(), gid))
     for names in together:
         gids = sorted({uf.find(assign[name]) for name in names if name in assign})
         for gid in gids[1:]:
