@@ -7,9 +7,10 @@ profile taken then, a probe's factors, or a judging run's errors describe the sp
 printing the load average beside them says nothing of it.
 
 So this times a fixed amount of work many times over a few seconds on one pinned core — a matmul (compute)
-and a copy larger than the caches (memory) in each sample — and reports the **swing**: the 90th percentile
-of the sample times over the 10th. A quiet core repeats itself within a few percent; ``STEADY`` is the swing
-above which pipeplan warns before profiling, probing or judging.
+and a copy larger than a core's L2 (memory) in each sample — and reports the **swing**: the 90th percentile
+of the sample times over the 10th. ``STEADY`` is the swing above which pipeplan warns before profiling,
+probing or judging; it was set on that unsteady VM (1.2–1.6× in ten checks, 1.18× once), and a quiet VM's
+swing is not yet on record.
 
     python -m pipeplan.costmodel.steadiness [--seconds 3] [--core 0]
 
