@@ -60,15 +60,17 @@ def kept_together(ops: list[fx.Node], layer_of: Callable[[str], int | None],
     ``layer_of`` gives an operator's layer as grouped so far (None for a value no operator of ``ops`` makes) and
     ``upstream`` a layer's ancestors among them: a write and a reader already ordered by their layers are safe."""
     aliases = _Aliases(ops)
-    if not aliases.writes:
+    writes: dict[str, list[fx.Node]] = defaultdict(list)  # per written tensor (its alias root), the writes
+    for w, value in aliases.writes:
+        writes[aliases.find(value.name)].append(w)
+    if not writes:
         return []
-    written = {aliases.find(value.name) for _, value in aliases.writes}
     position = {n.name: i for i, n in enumerate(ops[0].graph.nodes)}
     touchers: dict[str, list[tuple[fx.Node, list[fx.Node]]]] = defaultdict(list)
     for n in ops:
         by_tensor: dict[str, list[fx.Node]] = defaultdict(list)
         for a in n.all_input_nodes:
-            if (root := aliases.find(a.name)) in written:
+            if (root := aliases.find(a.name)) in writes:
                 by_tensor[root].append(a)
         for root, inputs in by_tensor.items():
             touchers[root].append((n, inputs))
@@ -113,9 +115,7 @@ def kept_together(ops: list[fx.Node], layer_of: Callable[[str], int | None],
     joined: UnionFind[str] = UnionFind()
     for root, touches in touchers.items():
         inputs_of = {t.name: inputs for t, inputs in touches}
-        for w, _ in aliases.writes:
-            if w.name not in inputs_of or aliases.find(w.name) != root:
-                continue
+        for w in writes[root]:  # each takes the tensor it writes: a toucher of it too
             for t, inputs in touches:
                 # joined already: through pairs that each brought their views along, so nothing is left to add
                 if t is w or joined.find(t.name) == joined.find(w.name):
