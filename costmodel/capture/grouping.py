@@ -112,9 +112,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
             if gid in glue and all(p in glue for p in q.predecessors(gid))}
     pure = {gid for gid in pure if nx.ancestors(q, gid) <= pure}
     for piece in nx.weakly_connected_components(q.subgraph(pure)):
-        first, *rest = sorted(piece)
-        for gid in rest:
-            uf.union(first, gid)
+        _join(uf, piece)
 
     # -- attach zero-FLOP functional glue to its only producer or only consumer, but neither an
     # unfold or resize to anything nor anything to one: inside a linear layer (ConvBERT's 9×1 token
@@ -137,15 +135,18 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     together = kept_together(ops, lambda name: uf.find(assign[name]) if name in assign else None,
                              lambda gid: nx.ancestors(grouped(), gid))
     for names in together:
-        gids = sorted({uf.find(assign[name]) for name in names if name in assign})
-        for gid in gids[1:]:
-            uf.union(gids[0], gid)
+        _join(uf, {uf.find(assign[name]) for name in names if name in assign})
     if together:
         for cycle in nx.strongly_connected_components(quotient()):
-            first, *rest = sorted(cycle)
-            for gid in rest:
-                uf.union(first, gid)
+            _join(uf, cycle)
     return Grouping(groups, uf, assign)
+
+
+def _join(uf: UnionFind[int], gids: set[int]) -> None:
+    """Merge the groups ``gids`` into the one of lowest id."""
+    first, *rest = sorted(gids)
+    for gid in rest:
+        uf.union(first, gid)
 
 
 def _kept_apart(group: Group) -> bool:
