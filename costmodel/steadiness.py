@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 __all__ = ["STEADY", "Steadiness", "measure_steadiness", "swing", "warn_if_unsteady"]
 
-# A quiet core's samples repeat within a few percent; 1.2 leaves room for a timer tick or a page fault
-# while catching the 1.3–3.5× swings a busy host causes.
+# Room for a timer tick or a page fault while catching the 1.3–3.5× swings a busy host caused; no quiet VM's
+# swing is on record yet to set it against.
 STEADY = 1.2
 _MATMUL_N = 384  # 113 MFLOP: about a millisecond on one core of these VMs
 _COPY_BYTES = 32 * 2**20  # larger than an L2, so the copy reads and writes memory
