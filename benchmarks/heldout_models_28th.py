@@ -1,6 +1,6 @@
-"""Held-out sets from the twenty-eighth on (``heldout_models_24th.py`` holds the twenty-fourth to twenty-seventh,
-``heldout_models_21st.py`` the twenty-first to twenty-third, ``heldout_models_more.py`` the fourteenth to the
-twentieth, ``heldout_models.py`` the first thirteen).
+"""The twenty-eighth to thirtieth held-out sets (``heldout_models_31st.py`` holds those after,
+``heldout_models_24th.py`` the twenty-fourth to twenty-seventh, ``heldout_models_21st.py`` the twenty-first to
+twenty-third, ``heldout_models_more.py`` the fourteenth to the twentieth, ``heldout_models.py`` the first thirteen).
 
 The twenty-eighth (``TWENTY_EIGHTH``) was written on 2026-11-29 at 16:25 UTC, on the Zen 5 EPYC (cpu family 26,
 model 2), before that CPU's model got the Mixtral tuning family it lacked and before anything was scored on it:

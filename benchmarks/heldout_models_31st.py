@@ -1,0 +1,98 @@
+"""Held-out sets from the thirty-first on (``heldout_models_28th.py`` holds the twenty-eighth to thirtieth, and
+names the files of the earlier ones).
+
+The thirty-first (``THIRTY_FIRST``) was written on 2026-11-30 at 00:55 UTC, on the Zen 5 EPYC (cpu family 26,
+model 2), before anything was scored on it: Doge (dynamic mask attention, whose mask is a learned function of the
+values, and a cross-domain mixture of 64 tiny experts), MGP-STR (a scene-text ViT on a 32×128 crop with three
+adaptive token-learner heads), SpeechT5's speech encoder (a convolutional feature extractor, a positional
+convolution, relative position embeddings in attention), LayoutLMv3 (text tokens with 2-D box embeddings beside
+image patches, one sequence, 1-D and 2-D relative position biases), PP-OCRv5's mobile text detector (PP-LCNetV3
+with re-parameterisable convolutions and learnable affine blocks, a residual squeeze-excite FPN, a
+differentiable-binarisation head of transposed convolutions) and DAB-DETR (anchor boxes as queries, attention
+modulated by each box's width and height). Each was checked to build and capture; none was timed or predicted
+before it went in. Tried first and dropped before anything was scored: JetMoE (its mixture of attention heads
+calls ``.tolist()`` on routing sizes: ``torch.export`` cannot trace it), EoMT (a data-dependent branch on its
+mask annealing probabilities), Switch Transformers' encoder (its float32 router did not export), UVDoc (its
+default config did not run on a 128×128 page).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+
+def _ids(batch_size: int, seq_len: int = 64) -> tuple[torch.Tensor]:
+    return (torch.randint(3, 1000, (batch_size, seq_len)),)
+
+
+def doge(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Doge over 64 tokens: dynamic mask attention (a mask from the values, keeping the 32 best keys),
+    a cross-domain mixture of 64 single-neuron experts (4 per token) beside a shared MLP."""
+    from transformers import DogeConfig, DogeModel
+
+    config = DogeConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                        num_attention_heads=4, num_key_value_heads=2, keep_window_size=32, is_moe=True,
+                        num_experts=64, num_experts_per_tok=4, use_cache=False)
+    return DogeModel(config), _ids(batch_size)
+
+
+def mgp_str(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """MGP-STR on a 32×128 word crop: a 4-layer ViT over 4×4 patches (256 tokens), then character, BPE and
+    wordpiece heads, each an adaptive token learner (a 1×1 convolution's attention over the tokens)."""
+    from transformers import MgpstrConfig, MgpstrForSceneTextRecognition
+
+    config = MgpstrConfig(image_size=[32, 128], patch_size=4, hidden_size=128, num_hidden_layers=4,
+                          num_attention_heads=4, max_token_length=27, num_bpe_labels=1000, num_wordpiece_labels=1000)
+    return MgpstrForSceneTextRecognition(config), (torch.randn(batch_size, 3, 32, 128),)
+
+
+def speecht5_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """SpeechT5's speech encoder on half a second at 16 kHz: three strided convolutions (80× fewer frames), a
+    grouped positional convolution, sinusoidal positions, 3 layers with relative position embeddings."""
+    from transformers import SpeechT5Config
+    from transformers.models.speecht5.modeling_speecht5 import SpeechT5EncoderWithSpeechPrenet
+
+    config = SpeechT5Config(hidden_size=128, encoder_layers=3, encoder_attention_heads=4, encoder_ffn_dim=512,
+                            conv_dim=(64, 64, 64), conv_stride=(5, 4, 4), conv_kernel=(10, 8, 8),
+                            num_conv_pos_embeddings=16, num_conv_pos_embedding_groups=4, apply_spec_augment=False)
+    return SpeechT5EncoderWithSpeechPrenet(config), (torch.randn(batch_size, 8000),)
+
+
+def layoutlmv3(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...], dict[str, Any]]:
+    """LayoutLMv3 on 64 words with their boxes and a 128×128 page (64 patches of 16): box coordinates embedded and
+    concatenated, 1-D and 2-D relative position biases, 3 layers over the 129-token sequence."""
+    from transformers import LayoutLMv3Config, LayoutLMv3Model
+
+    config = LayoutLMv3Config(vocab_size=1000, hidden_size=128, num_hidden_layers=3, num_attention_heads=4,
+                              intermediate_size=512, input_size=128, patch_size=16, coordinate_size=16, shape_size=32,
+                              max_position_embeddings=130)
+    corner = torch.randint(0, 500, (batch_size, 64, 2))
+    boxes = torch.cat([corner, corner + torch.randint(1, 400, (batch_size, 64, 2))], -1)
+    return LayoutLMv3Model(config), _ids(batch_size), {"bbox": boxes,
+                                                       "pixel_values": torch.randn(batch_size, 3, 128, 128)}
+
+
+def ppocr_det(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """PP-OCRv5's mobile text detector, as published (its default config), on a 128×128 image."""
+    from transformers import PPOCRV5MobileDetConfig, PPOCRV5MobileDetModel
+
+    return PPOCRV5MobileDetModel(PPOCRV5MobileDetConfig()), (torch.randn(batch_size, 3, 128, 128),)
+
+
+def dab_detr(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """DAB-DETR on 128×128 over a 4-stage basic-block ResNet: 2 encoder and 2 decoder layers of width 128, 20
+    anchor-box queries."""
+    from transformers import DabDetrConfig, DabDetrModel, ResNetConfig
+
+    backbone = ResNetConfig(embedding_size=32, hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 1, 1],
+                            layer_type="basic", out_features=["stage4"])
+    config = DabDetrConfig(backbone_config=backbone, use_timm_backbone=False, use_pretrained_backbone=False,
+                           hidden_size=128, encoder_layers=2, decoder_layers=2, encoder_ffn_dim=256,
+                           decoder_ffn_dim=256, encoder_attention_heads=4, decoder_attention_heads=4, num_queries=20)
+    return DabDetrModel(config), (torch.randn(batch_size, 3, 128, 128),)
+
+
+THIRTY_FIRST = ("doge", "mgp_str", "speecht5_encoder", "layoutlmv3", "ppocr_det", "dab_detr")
