@@ -24,7 +24,7 @@ from typing import NamedTuple
 import networkx as nx
 import torch
 
-from pipeplan.costmodel.capture.features import APART_OPS, OpStats, op_name
+from pipeplan.costmodel.capture.features import APART_OPS, OpStats, op_kind, op_name
 from pipeplan.costmodel.capture.inplace import kept_together
 from pipeplan.costmodel.capture.owners import Owners
 from pipeplan.costmodel.capture.union_find import UnionFind
@@ -57,8 +57,14 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     groups: list[Group] = []
     module_groups: dict[tuple[str, int], Group] = {}
     assign: dict[str, int] = {}
+    owner = {n.name: owners.owner(n) for n in ops}
+    split = _calls_to_split(ops, owner, owners, stats)
+    holding_heavy: set[int] = set()  # groups of a split call that hold one of its matmuls: the next starts anew
     for n in ops:
-        functional, path, call = owners.owner(n)
+        functional, path, call = owner[n.name]
+        starts_anew = False
+        if not functional and (path, call) in split:
+            functional, call, starts_anew = True, 0, _heavy(n, stats)
         if not functional:
             group = module_groups.get((path, call))
             if group is None:
@@ -69,7 +75,7 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
             single = groups[producers.pop()] if len(producers) == 1 else None
             # an unfold or resize starts a group of its own, which takes only the views after it
             if (single is not None and single.functional and single.path == path
-                    and op_name(n.target) not in APART_OPS
+                    and op_name(n.target) not in APART_OPS and not (starts_anew and single.gid in holding_heavy)
                     and (stats[n.name].is_view or not _kept_apart(single))):
                 group = single
             else:
@@ -77,6 +83,8 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
                 groups.append(group)
         group.ops.append(n)
         assign[n.name] = group.gid
+        if starts_anew:
+            holding_heavy.add(group.gid)
 
     # The groups an unfold, fold or resize starts (it and the views after it), and the modules' groups
     # that start with one (nn.Unfold, nn.Fold, nn.Upsample): glue joins none of them.
@@ -140,6 +148,36 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
         for cycle in nx.strongly_connected_components(quotient()):
             _join(uf, cycle)
     return Grouping(groups, uf, assign)
+
+
+# Operators whose work is a weight's matmul or a convolution: what one layer of the cost model's rows holds one of.
+_HEAVY_KINDS = frozenset({"linear", "matmul", "conv"})
+
+
+def _calls_to_split(ops: list[torch.fx.Node], owner: dict[str, tuple[bool, str, int]], owners: Owners,
+                    stats: dict[str, OpStats]) -> set[tuple[str, int]]:
+    """Calls of leaf modules that run two or more matmuls or convolutions: their operators are grouped as the
+    glue of a module with children is (a layer per chain), each matmul starting a layer of its own.
+
+    A leaf module is one layer because it is usually one operator with its glue (``nn.Linear``,
+    ``nn.Conv2d``, a norm). GPT-OSS's experts are a leaf module too, yet run a whole routed mixture (sort,
+    histogram, gathers, two grouped matmuls, clamps, a scatter: 35 operators): one layer of all of it
+    matched no row any cost model was fitted on (every profiled matmul layer holds one), and priced it at
+    3.3× its time in-model on the Zen 5, where Mixtral's experts, a module with a child, come out as a
+    layer per grouped matmul. Only at leaf granularity: ``block`` and ``depth:N`` ask for bigger layers.
+    """
+    if owners.mode != "leaf":
+        return set()
+    heavy: dict[tuple[str, int], int] = defaultdict(int)
+    for n in ops:
+        functional, path, call = owner[n.name]
+        if not functional and _heavy(n, stats):
+            heavy[(path, call)] += 1
+    return {key for key, count in heavy.items() if count >= 2}
+
+
+def _heavy(n: torch.fx.Node, stats: dict[str, OpStats]) -> bool:
+    return stats[n.name].flops > 0 and op_kind(op_name(n.target)) in _HEAVY_KINDS
 
 
 def _join(uf: UnionFind[int], gids: set[int]) -> None:
