@@ -4,7 +4,9 @@
 modules that called it.  :func:`capture` groups those operators into layers:
 
 ``leaf`` (default)
-    one layer per leaf module call (``Linear``, ``Conv2d``, ``LayerNorm`` …);
+    one layer per leaf module call (``Linear``, ``Conv2d``, ``LayerNorm`` …); a leaf module that
+    runs two or more matmuls or convolutions (GPT-OSS's experts) is grouped as glue is, below, with
+    each of them starting a layer of its own;
 ``block``
     one layer per repeated block (a transformer block, a ResNet bottleneck): the outermost class
     of non-leaf modules repeated inside ``ModuleList``/``Sequential`` containers with at least

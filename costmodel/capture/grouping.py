@@ -1,7 +1,8 @@
 """Which exported operators form one layer: the grouping rules of :mod:`pipeplan.costmodel.capture`.
 
 Every live operator first joins a group (its module's call, or a run of functional glue of one
-scope), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
+scope; a leaf module running two or more matmuls or convolutions is split as glue is, each of them
+starting a group), then groups merge through a union-find while each merge keeps the quotient graph acyclic:
 a module's repeated calls, glue computed from the inputs alone, zero-FLOP glue with one producer
 or one consumer.  An operator that cuts or folds patches (``aten.im2col``/``col2im``) or resizes
 (``aten.upsample_*``: ``F.interpolate``) starts a group of its own (it and the views after it) that
