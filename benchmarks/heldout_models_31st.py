@@ -14,6 +14,15 @@ before it went in. Tried first and dropped before anything was scored: JetMoE (i
 calls ``.tolist()`` on routing sizes: ``torch.export`` cannot trace it), EoMT (a data-dependent branch on its
 mask annealing probabilities), Switch Transformers' encoder (its float32 router did not export), UVDoc (its
 default config did not run on a 128×128 page).
+
+The thirty-second (``THIRTY_SECOND``) was written on 2026-11-30 at 01:50 UTC, on the same Zen 5 VM, after the
+thirty-first was scored and before the change it prompted (2-D depthwise and grouped convolutions in the sweep)
+was judged: PP-OCRv6's tiny text recogniser (PP-LCNetV4 with re-parameterisable depthwise convolutions, as
+published), AFMoE (routed and shared experts, sliding and global attention, a dense first layer), Arcee (a
+Llama-like decoder with a squared-ReLU MLP, no gate), OLMo Hybrid (Gated DeltaNet linear attention beside full
+attention), Sapiens 2 (a ViT with rotary positions, registers and a gated MLP on a 128×96 image). Each was
+checked to build and capture; none was timed or predicted before it went in. SLANet (no model class in this
+``transformers``) and LW-DETR (its small config did not trace) were dropped before anything was scored.
 """
 
 from __future__ import annotations
@@ -96,3 +105,56 @@ def dab_detr(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 THIRTY_FIRST = ("doge", "mgp_str", "speecht5_encoder", "layoutlmv3", "ppocr_det", "dab_detr")
+
+
+def ppocr_rec(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """PP-OCRv6's tiny text recogniser, as published (its default config), on a 48×160 text line."""
+    from transformers import PPOCRV6TinyRecConfig, PPOCRV6TinyRecModel
+
+    return PPOCRV6TinyRecModel(PPOCRV6TinyRecConfig()), (torch.randn(batch_size, 3, 48, 160),)
+
+
+def afmoe(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer AFMoE over 64 tokens: a dense first layer, then 2 of 8 routed experts beside a shared one;
+    sliding-window (32) and global attention alternating."""
+    from transformers import AfmoeConfig, AfmoeModel
+
+    config = AfmoeConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, moe_intermediate_size=64,
+                         num_hidden_layers=4, num_dense_layers=1, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=32, num_experts=8, num_experts_per_tok=2, num_shared_experts=1,
+                         global_attn_every_n_layers=2, sliding_window=32, use_cache=False)
+    return AfmoeModel(config), _ids(batch_size)
+
+
+def arcee(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer Arcee over 64 tokens: Llama's attention, an up-projection and squared ReLU with no gate."""
+    from transformers import ArceeConfig, ArceeModel
+
+    config = ArceeConfig(vocab_size=1000, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                         num_attention_heads=4, num_key_value_heads=2, use_cache=False)
+    return ArceeModel(config), _ids(batch_size)
+
+
+def olmo_hybrid(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer OLMo Hybrid over 64 tokens: Gated DeltaNet linear attention (short convolutions, the chunked
+    delta rule in PyTorch) in three layers of four, full attention in the fourth."""
+    from transformers import OlmoHybridConfig, OlmoHybridModel
+
+    config = OlmoHybridConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=4,
+                              num_attention_heads=4, num_key_value_heads=4, linear_num_key_heads=4,
+                              linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32,
+                              pad_token_id=0, bos_token_id=1, eos_token_id=2, use_cache=False)
+    return OlmoHybridModel(config), _ids(batch_size)
+
+
+def sapiens2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Sapiens 2's 4-layer ViT on a 128×96 image (48 patches of 16): rotary positions, register tokens,
+    layer scale."""
+    from transformers import Sapiens2Config, Sapiens2Model
+
+    config = Sapiens2Config(patch_size=16, hidden_size=128, intermediate_size=512, num_hidden_layers=4,
+                            num_attention_heads=4, image_size=[128, 96])
+    return Sapiens2Model(config), (torch.randn(batch_size, 3, 128, 96),)
+
+
+THIRTY_SECOND = ("ppocr_rec", "afmoe", "arcee", "olmo_hybrid", "sapiens2")
