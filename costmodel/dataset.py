@@ -28,7 +28,8 @@ CATEGORICAL = ("layer_kind", "main_op", "contention_kind")
 NUMERIC = ("log_flops", "log_bytes_read", "log_bytes_written", "log_param_bytes", "log_intensity",
            "log_batch", "kernels", "log_roofline_s", "input_rank", "log_last_dim", "log_outer_numel",
            "log_min_dim", "log_conv_out_hw", "log_conv_out_channels", "log_conv_kernel_area", "log_conv_stride_area",
-           "log_conv_in_channels", "corunners", "utilization", "compute_share", "memory_share", "channels_last")
+           "log_conv_in_channels", "corunners", "utilization", "compute_share", "memory_share", "channels_last",
+           "log_conv_reduction")
 # Numeric features are only ever appended: a model file trained before one was added predicts with the
 # ones it has (``estimators.numeric_of``), the new one absent from its matrix.
 
@@ -215,6 +216,22 @@ def _conv_features(row: dict[str, Any]) -> dict[str, float]:
                     strict=True))
 
 
+def _conv_reduction(row: dict[str, Any]) -> float:
+    """log10(1 + the products summed into each output) of a convolution: input channels per group × kernel
+    area (FLOPs ÷ 2 ÷ outputs), 0 for other layers. Unlike the weights per channel pair the kernel-area feature
+    reads, it tells a depthwise convolution (a 3×3 one sums 9) from a dense one of the same kernel (9 × its
+    channels), and it is 1 for a depthwise 1×1, which one CPU thread runs as one convolution per group.
+
+    >>> depthwise_1x1 = {"layer_kind": "conv", "flops": 2 * 2 * 384 * 16, "bytes_written": 4 * 2 * 384 * 16}
+    >>> round(10 ** _conv_reduction(depthwise_1x1) - 1, 6)
+    1.0
+    """
+    outputs = float(row["bytes_written"]) / 4.0
+    if row["layer_kind"] != "conv" or outputs < 1 or float(row["flops"]) <= 0:
+        return 0.0
+    return _log(float(row["flops"]) / (2.0 * outputs))
+
+
 def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     """The model features of a row: categorical strings and numeric values, by name.
 
@@ -236,5 +253,6 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
         "corunners": float(row["corunners"]), "utilization": float(row["utilization"]),
         "compute_share": float(row["compute_share"]), "memory_share": float(row["memory_share"]),
         "channels_last": float(row.get("channels_last") or 0),
+        "log_conv_reduction": _conv_reduction(row),
     })
     return out

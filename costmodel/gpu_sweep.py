@@ -18,9 +18,9 @@ from collections.abc import Iterable
 from pipeplan.costmodel.layerspecs import (
     KINDS,
     LayerSpec,
-    conv1d_flops,
-    conv1d_ok,
     conv1d_steps,
+    grouped_conv_flops,
+    grouped_conv_ok,
     resize_elements,
     resize_ok,
     sample_specs,
@@ -62,6 +62,8 @@ GPU_GRIDS: dict[str, dict[str, list[int]]] = {
                    "rank": [3, 4, 4], "op": [0, 0, 1, 1, 2, 3, 4, 5, 6]},
     "pointwise": {"b": [1, 8, 32, 64], "c": _HIDDEN, "t": _TOKENS, "chain": list(range(len(CHAINS)))},
     "softmax": {"b": [1, 8, 32, 64], "m": _TOKENS, "c": [8, 64, 512, 2048, 4096, 32000]},
+    "dwconv2d": {"b": [1, 8, 32, 64], "c": [64, 128, 256, 512, 768, 1024], "k": [1, 3, 5, 7], "s": [1, 2],
+                 "hw": [7, 14, 28, 56, 112], "cpg": [1, 1, 1, 4, 16]},
 }
 _MAX_FLOPS = 5e12  # ~100 ms at the fp32 peak of an H100
 _MAX_BYTES = 8 * 2**30  # per input tensor in fp32, well inside any inference GPU's memory
@@ -74,7 +76,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
         "conv2d": 2 * p.get("b", 0) * p.get("cin", 0) * p.get("cout", 0) * p.get("k", 0) ** 2 * out_hw**2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, conv1d_flops(kind, p))
+    }.get(kind, grouped_conv_flops(kind, p))
     first_input = {
         "linear": p.get("m", 0) * p.get("k", 0), "layernorm": p.get("m", 0) * p.get("c", 0),
         "relu": p.get("m", 0) * p.get("c", 0), "gelu": p.get("m", 0) * p.get("c", 0),
@@ -87,7 +89,7 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
     }.get(kind, p.get("b", 1) * max(p.get("c", 0), p.get("cin", 0)) * p.get("hw", 1) ** 2)
     if kind == "conv2d" and (p["hw"] < p["k"] or (p["cin"] == 3 and p["hw"] < 224)):
         return False  # RGB input only at real image sizes
-    if not (conv1d_ok(kind, p) and unfold_ok(kind, p)):
+    if not (grouped_conv_ok(kind, p) and unfold_ok(kind, p)):
         return False
     if kind in ("unfold", "fold"):  # the patch matrix is the large side
         first_input = unfold_patch_elements(p)

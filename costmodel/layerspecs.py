@@ -19,11 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from pipeplan.costmodel.conv_shapes import conv1d_steps, grouped_conv_flops, grouped_conv_ok
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.pointwise_chains import CHAINS, build_chain
 
-__all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "default_sweep",
-           "model_layers", "parse_spec"]
+__all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "conv1d_steps",
+           "default_sweep", "grouped_conv_flops", "grouped_conv_ok", "model_layers", "parse_spec"]
 
 
 class _Attention(nn.Module):
@@ -104,6 +105,14 @@ _BUILDERS: dict[str, _Builder] = {
     # a row of 7 or 8 values, 22 ns one of 16, 85 ns one of 128). Added 2026-11-28: until then training said "no
     # rows at all for softmax" and PatchTSMixer's were priced at a fifth of their time.
     "softmax": lambda p: (nn.Softmax(dim=-1), (_randn(p["b"], p["m"], p["c"]),)),
+    # Depthwise and grouped 2-D convolutions (``cpg`` input channels per group; 1: depthwise), last for the same
+    # reason: MobileNets, EfficientNets, ConvNeXts, RegNets and OCR backbones run them, and until 2026-11-30 no
+    # sweep had one, so each was priced from dense convolutions of its FLOPs. On one CPU thread PyTorch runs a
+    # grouped 1×1 convolution (unstrided, batch under 16) as one small convolution per group, outside oneDNN:
+    # 1.1 ms for 384 channels on a 4×4 map on the Zen 5, where the same layer with a 5×5 kernel takes 44 µs.
+    "dwconv2d": lambda p: (nn.Conv2d(p["c"], p["c"], p["k"], stride=p["s"], padding=p["k"] // 2,
+                                     groups=p["c"] // p["cpg"]),
+                           (_map(p, p["b"], p["c"], p["hw"], p["hw"]),)),
 }
 # activation's ``op``: a name for it and the module that applies it. The tanh-approximated GELU (op 7, the
 # GELU of GPT-BigCode, Gemma and Starcoder2; added 2026-11-28) is given by key only: putting it in the grid's
@@ -172,6 +181,10 @@ _GRIDS: dict[str, dict[str, list[int]]] = {
     # rows of 2 to 4,096 values, short rows (gates over a few channels or experts) drawn as often as long ones
     "softmax": {"b": [1, 2, 4, 8], "m": [1, 8, 16, 64, 256, 1024, 4096],
                 "c": [2, 4, 7, 8, 16, 31, 64, 128, 256, 512, 1024, 2048, 4096]},
+    # depthwise drawn four times in eight; maps down to 4×4, where OCR backbones run 5×5 kernels on padding
+    "dwconv2d": {"b": [1, 2, 4, 8], "c": [16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 960],
+                 "k": [1, 3, 3, 5, 7], "s": [1, 1, 2], "hw": [4, 7, 8, 14, 16, 28, 32, 56, 64, 112],
+                 "cpg": [1, 1, 1, 1, 2, 4, 8, 16]},
 }
 # Above these a single call takes too long on one core for a sweep that fits in minutes.
 _MAX_FLOPS = 3e9
@@ -243,7 +256,7 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
         * (p.get("hw", 0) // p.get("s", 1)) ** 2,
         "bmm": 2 * p.get("b", 0) * p.get("m", 0) * p.get("k", 0) * p.get("n", 0),
         "attention": 4 * p.get("b", 0) * p.get("h", 0) * p.get("t", 0) ** 2 * p.get("d", 0),
-    }.get(kind, conv1d_flops(kind, p))
+    }.get(kind, grouped_conv_flops(kind, p))
     elements = 1
     for name in ("b", "m", "c", "cin", "hw", "t", "h", "d", "l"):
         elements *= p.get(name, 1) * (p.get("hw", 1) if name == "hw" else 1)
@@ -252,7 +265,7 @@ def _size_ok(kind: str, p: dict[str, int]) -> bool:
     if kind == "resize":
         return resize_ok(p) and resize_elements(p) <= _MAX_ELEMENTS
     return (flops <= _MAX_FLOPS and elements <= _MAX_ELEMENTS and not (kind == "conv2d" and p["hw"] < p["k"])
-            and conv1d_ok(kind, p))
+            and grouped_conv_ok(kind, p))
 
 
 def activation_shape(p: dict[str, int]) -> tuple[int, ...]:
@@ -277,31 +290,6 @@ def resize_elements(p: dict[str, int]) -> int:
     """Elements of a ``resize`` draw's larger side (the output of an upsample, the input of a shrink),
     by which both sweeps bound a draw."""
     return p["b"] * p["c"] * max(p["hw"], p["o"]) ** 2
-
-
-def conv1d_ok(kind: str, p: dict[str, int]) -> bool:
-    """Whether a 1-D convolution draw is a real layer (true for other kinds): a stride no wider than the
-    kernel, a kernel no longer than the input, groups that divide both channel counts."""
-    if kind == "dwconv1d":
-        return p["s"] <= p["k"] <= p["l"]
-    if kind == "conv1d":
-        return p["s"] <= p["k"] <= p["l"] and p["cin"] % p["g"] == 0 and p["cout"] % p["g"] == 0
-    return True
-
-
-def conv1d_steps(p: dict[str, int]) -> int:
-    """The output length of a ``conv1d`` or ``dwconv1d``: the builder pads by ``k // 2`` on each side,
-    so an even kernel adds a step."""
-    return (p["l"] + 2 * (p["k"] // 2) - p["k"]) // p["s"] + 1
-
-
-def conv1d_flops(kind: str, p: dict[str, int]) -> int:
-    """Multiply-adds × 2 of a ``conv1d`` or ``dwconv1d`` at these parameters (0 for other kinds)."""
-    if kind == "dwconv1d":  # one k-tap filter per channel
-        return 2 * p["b"] * p["c"] * p["k"] * conv1d_steps(p)
-    if kind == "conv1d":
-        return 2 * p["b"] * p["cout"] * (p["cin"] // p["g"]) * p["k"] * conv1d_steps(p)
-    return 0
 
 
 def unfold_padding(p: dict[str, int]) -> tuple[int, int]:

@@ -79,13 +79,13 @@ def test_sweep_covers_every_layer_type_with_distinct_buildable_shapes() -> None:
 ])
 def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geometry) -> None:
     from pipeplan.costmodel.dataset import _conv_features, layer_features
-    from pipeplan.costmodel.layerspecs import conv1d_flops
+    from pipeplan.costmodel.layerspecs import grouped_conv_flops
 
     spec = parse_spec(key)
     (target,) = targets_from_specs([spec])
     assert target.layer.kind == "conv" and "aten.conv1d" in target.layer.ops
     # the sweep's size limit counts what capture does
-    assert target.layer.flops == conv1d_flops(spec.kind, dict(spec.params))
+    assert target.layer.flops == grouped_conv_flops(spec.kind, dict(spec.params))
     features = _conv_features(layer_features(target.layer))
     read = [10 ** features[f"log_conv_{name}"] - 1
             for name in ("out_hw", "out_channels", "kernel_area", "stride_area", "in_channels")]
@@ -106,11 +106,11 @@ def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geom
     "dwconv1d:b=1,c=64,k=31,s=1,l=16",
 ])
 def test_one_dimensional_convolutions_that_are_not_real_layers_are_not_drawn(key) -> None:
-    from pipeplan.costmodel.layerspecs import _size_ok, conv1d_ok
+    from pipeplan.costmodel.layerspecs import _size_ok, grouped_conv_ok
 
     spec = parse_spec(key)
-    assert not conv1d_ok(spec.kind, dict(spec.params)) and not _size_ok(spec.kind, dict(spec.params))
-    assert conv1d_ok("linear", {"m": 1, "k": 1, "n": 1})  # other kinds are not its business
+    assert not grouped_conv_ok(spec.kind, dict(spec.params)) and not _size_ok(spec.kind, dict(spec.params))
+    assert grouped_conv_ok("linear", {"m": 1, "k": 1, "n": 1})  # other kinds are not its business
 
 
 @pytest.mark.parametrize("bad, message", [("linear:m=4", "needs"), ("warp:x=1", "unknown layer type"),
