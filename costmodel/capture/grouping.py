@@ -163,9 +163,9 @@ def _calls_to_split(ops: list[torch.fx.Node], owner: dict[str, tuple[bool, str, 
     A leaf module is one layer because it is usually one operator with its glue (``nn.Linear``,
     ``nn.Conv2d``, a norm). GPT-OSS's experts are a leaf module too, yet run a whole routed mixture (sort,
     histogram, gathers, two grouped matmuls, clamps, a scatter: 35 operators): one layer of all of it
-    matched no row any cost model was fitted on (every profiled matmul layer holds one), and priced it at
-    3.3× its time in-model on the Zen 5, where Mixtral's experts, a module with a child, come out as a
-    layer per grouped matmul. Only at leaf granularity: ``block`` and ``depth:N`` ask for bigger layers.
+    matched no row any cost model was fitted on (every grouped-matmul row holds one grouped matmul), and
+    was priced at 3.3× its time in-model on the Zen 5, where Mixtral's experts, a module with a child, come
+    out as a layer per grouped matmul. Only at leaf granularity: ``block`` and ``depth:N`` ask for bigger layers.
     """
     if owners.mode != "leaf":
         return set()
