@@ -59,13 +59,14 @@ def group_operators(ops: list[torch.fx.Node], owners: Owners, stats: dict[str, O
     module_groups: dict[tuple[str, int], Group] = {}
     assign: dict[str, int] = {}
     owner = {n.name: owners.owner(n) for n in ops}
-    split = _calls_to_split(ops, owner, owners, stats)
+    heavy = {n.name for n in ops if stats[n.name].flops > 0 and op_kind(op_name(n.target)) in _HEAVY_KINDS}
+    split = _calls_to_split(ops, owner, owners, heavy)
     holding_heavy: set[int] = set()  # groups of a split call that hold one of its matmuls: the next starts anew
     for n in ops:
         functional, path, call = owner[n.name]
         starts_anew = False
         if not functional and (path, call) in split:
-            functional, call, starts_anew = True, 0, _heavy(n, stats)
+            functional, call, starts_anew = True, 0, n.name in heavy
         if not functional:
             group = module_groups.get((path, call))
             if group is None:
@@ -156,7 +157,7 @@ _HEAVY_KINDS = frozenset({"linear", "matmul", "conv"})
 
 
 def _calls_to_split(ops: list[torch.fx.Node], owner: dict[str, tuple[bool, str, int]], owners: Owners,
-                    stats: dict[str, OpStats]) -> set[tuple[str, int]]:
+                    heavy: set[str]) -> set[tuple[str, int]]:
     """Calls of leaf modules that run two or more matmuls or convolutions: their operators are grouped as the
     glue of a module with children is (a layer per chain), each matmul starting a layer of its own.
 
@@ -169,16 +170,12 @@ def _calls_to_split(ops: list[torch.fx.Node], owner: dict[str, tuple[bool, str, 
     """
     if owners.mode != "leaf":
         return set()
-    heavy: dict[tuple[str, int], int] = defaultdict(int)
+    per_call: dict[tuple[str, int], int] = defaultdict(int)
     for n in ops:
         functional, path, call = owner[n.name]
-        if not functional and _heavy(n, stats):
-            heavy[(path, call)] += 1
-    return {key for key, count in heavy.items() if count >= 2}
-
-
-def _heavy(n: torch.fx.Node, stats: dict[str, OpStats]) -> bool:
-    return stats[n.name].flops > 0 and op_kind(op_name(n.target)) in _HEAVY_KINDS
+        if not functional and n.name in heavy:
+            per_call[(path, call)] += 1
+    return {key for key, count in per_call.items() if count >= 2}
 
 
 def _join(uf: UnionFind[int], gids: set[int]) -> None:

@@ -8,13 +8,12 @@ captured DAG permits must compute the model's outputs, exactly.
 
 from __future__ import annotations
 
-import networkx as nx
 import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
 from pipeplan.costmodel.capture.inplace import kept_together
-from pipeplan.executor.stages import split_program
+from tests.costmodel.allowed_cuts import every_allowed_cut
 
 
 class WriteAfterRead(nn.Module):
@@ -73,41 +72,14 @@ class FilledBySlices(nn.Module):
         return self.c(keys)
 
 
-def _every_allowed_cut(model: nn.Module, x: torch.Tensor) -> list[str]:
-    """For each layer, the cut after it and its ancestors (a split the DAG allows); the cuts whose outputs
-    differ from the model's."""
-    model.eval()
-    captured = capture_program(model, (x,))
-    graph = captured.graph
-    dag = nx.DiGraph()
-    dag.add_nodes_from(la.name for la in graph.layers)
-    dag.add_edges_from((u, v) for u, v, _ in graph.edges())
-    order = [la.name for la in sorted(graph.layers, key=lambda la: la.order)]
-    with torch.no_grad():
-        want = model(x)
-    wrong = []
-    for layer in order:
-        first = nx.ancestors(dag, layer) | {layer}
-        if len(first) == len(order):
-            continue
-        stages = split_program(captured, [[n for n in order if n in first], [n for n in order if n not in first]])
-        values: tuple[torch.Tensor, ...] = (x,)
-        with torch.no_grad():
-            for stage in stages:
-                values = stage.module(*values)
-        if not torch.equal(values[0], want):
-            wrong.append(layer)
-    return wrong
-
-
 def test_a_write_never_moves_before_an_earlier_read_of_its_tensor() -> None:
     torch.manual_seed(0)
-    assert _every_allowed_cut(WriteAfterRead(), torch.randn(3, 8)) == []
+    assert every_allowed_cut(WriteAfterRead(), torch.randn(3, 8)) == []
 
 
 def test_forward_substitution_into_slices_stays_exact_under_every_cut() -> None:
     torch.manual_seed(0)
-    assert _every_allowed_cut(ForwardSubstitution(), torch.randn(2, 6, 6)) == []
+    assert every_allowed_cut(ForwardSubstitution(), torch.randn(2, 6, 6)) == []
 
 
 def test_a_model_without_in_place_writes_keeps_its_layers() -> None:
@@ -117,7 +89,7 @@ def test_a_model_without_in_place_writes_keeps_its_layers() -> None:
 
 def test_a_buffer_filled_by_slices_is_read_only_after_every_write() -> None:
     torch.manual_seed(0)
-    assert _every_allowed_cut(FilledBySlices(), torch.randn(3, 8)) == []
+    assert every_allowed_cut(FilledBySlices(), torch.randn(3, 8)) == []
 
 
 def test_each_operator_in_its_own_layer_the_writes_their_views_and_the_reader_are_kept_together() -> None:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
-from tests.costmodel.test_capture_inplace import _every_allowed_cut
+from tests.costmodel.allowed_cuts import every_allowed_cut
 
 
 class Experts(nn.Module):
@@ -62,7 +62,7 @@ def test_a_leaf_running_two_matmuls_becomes_a_layer_per_matmul() -> None:
 
 def test_the_split_layers_cut_exactly() -> None:
     torch.manual_seed(0)
-    assert _every_allowed_cut(Block(), torch.randn(4, 8)) == []
+    assert every_allowed_cut(Block(), torch.randn(4, 8)) == []
 
 
 def test_coarser_granularities_keep_the_module_whole() -> None:
