@@ -7,6 +7,9 @@ within 25%); both steps used to be rewritten from scratch in /tmp.
         --models "$(.venv/bin/python benchmarks/heldout_sets.py --models)" > all-sets.md
     .venv/bin/python benchmarks/heldout_sets.py all-sets.md [--eager-from QUIET.md]
 
+A model file trained since is scored on the same eager times without timing anything again by
+``rescore.py ALL-SETS.md --learned learned,NEW.zip`` (its table is summed up here too).
+
 This VM's speed can move by a third within one run; the models' own profiles (the ``profile`` column) show it.
 ``--eager-from`` scores the table's predictions against the eager times of another run of the same models (a
 quieter one): the predictions depend on the model and the core's measured figures, not on the spell.
