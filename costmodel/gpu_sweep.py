@@ -15,12 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from pipeplan.costmodel.conv_shapes import conv1d_steps, grouped_conv_flops, grouped_conv_ok
 from pipeplan.costmodel.layerspecs import (
     KINDS,
     LayerSpec,
-    conv1d_steps,
-    grouped_conv_flops,
-    grouped_conv_ok,
     resize_elements,
     resize_ok,
     sample_specs,

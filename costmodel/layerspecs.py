@@ -19,12 +19,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from pipeplan.costmodel.conv_shapes import conv1d_steps, grouped_conv_flops, grouped_conv_ok
+from pipeplan.costmodel.conv_shapes import grouped_conv_flops, grouped_conv_ok
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.pointwise_chains import CHAINS, build_chain
 
-__all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "conv1d_steps",
-           "default_sweep", "grouped_conv_flops", "grouped_conv_ok", "model_layers", "parse_spec"]
+__all__ = ["CHANNELS_LAST_KINDS", "KINDS", "LayerSpec", "ModelLayer", "channels_last_twin", "default_sweep",
+           "model_layers", "parse_spec"]
 
 
 class _Attention(nn.Module):

@@ -12,8 +12,9 @@ import torch
 from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
+from pipeplan.costmodel.conv_shapes import grouped_conv_flops
 from pipeplan.costmodel.dataset import layer_features, model_inputs
-from pipeplan.costmodel.layerspecs import _size_ok, default_sweep, grouped_conv_flops, parse_spec
+from pipeplan.costmodel.layerspecs import _size_ok, default_sweep, parse_spec
 from pipeplan.costmodel.profile import targets_from_specs
 
 _IDLE_CPU = {"device_type": "cpu-core", "peak_flops": 1e11, "mem_bandwidth": 4e10, "corunners": 0,

@@ -78,8 +78,8 @@ def test_sweep_covers_every_layer_type_with_distinct_buildable_shapes() -> None:
     ("conv1d:b=2,cin=1,cout=512,k=10,s=5,g=1,l=16", (4, 512, 1, 10, 1, 16)),
 ])
 def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geometry) -> None:
+    from pipeplan.costmodel.conv_shapes import grouped_conv_flops
     from pipeplan.costmodel.dataset import _conv_features, layer_features
-    from pipeplan.costmodel.layerspecs import grouped_conv_flops
 
     spec = parse_spec(key)
     (target,) = targets_from_specs([spec])
@@ -106,7 +106,8 @@ def test_one_dimensional_convolutions_are_profiled_with_their_geometry(key, geom
     "dwconv1d:b=1,c=64,k=31,s=1,l=16",
 ])
 def test_one_dimensional_convolutions_that_are_not_real_layers_are_not_drawn(key) -> None:
-    from pipeplan.costmodel.layerspecs import _size_ok, grouped_conv_ok
+    from pipeplan.costmodel.conv_shapes import grouped_conv_ok
+    from pipeplan.costmodel.layerspecs import _size_ok
 
     spec = parse_spec(key)
     assert not grouped_conv_ok(spec.kind, dict(spec.params)) and not _size_ok(spec.kind, dict(spec.params))
