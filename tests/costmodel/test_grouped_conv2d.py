@@ -13,16 +13,13 @@ from torch import nn
 
 from pipeplan.costmodel.capture import capture_program
 from pipeplan.costmodel.conv_shapes import grouped_conv_flops
-from pipeplan.costmodel.dataset import layer_features, model_inputs
+from pipeplan.costmodel.dataset import _conv_reduction, layer_features
 from pipeplan.costmodel.layerspecs import _size_ok, default_sweep, parse_spec
 from pipeplan.costmodel.profile import targets_from_specs
 
-_IDLE_CPU = {"device_type": "cpu-core", "peak_flops": 1e11, "mem_bandwidth": 4e10, "corunners": 0,
-             "contention_kind": "none", "utilization": 0, "compute_share": 0, "memory_share": 0}
-
 
 def _reduction(layer) -> float:
-    return 10 ** model_inputs({**layer_features(layer), **_IDLE_CPU})["log_conv_reduction"] - 1
+    return 10 ** _conv_reduction(layer_features(layer)) - 1
 
 
 @pytest.mark.parametrize("key, groups, reduction", [
