@@ -25,18 +25,17 @@ checked to build and capture; none was timed or predicted before it went in. SLA
 ``transformers``) and LW-DETR (its small config did not trace) were dropped before anything was scored.
 
 The thirty-third (``THIRTY_THIRD``) was written on 2026-11-30 at 03:35 UTC, on a Xeon of cpu family 6, model 207,
-before the change this session judges (the Xeon's depthwise and large-map convolution rows) and before anything
-was scored on it: LeViT (a convolutional stem with batch norms, attention whose projections are linear layers with
-batch norm and Hardswish, shrinking attention between stages), DeBERTa-v2 (disentangled content and position
-attention over log buckets), NanoChat (squared-ReLU MLP, QK norm), MiniCPM3 (multi-head latent attention with
-low-rank queries and keys, scaled embeddings and residuals), SegGPT (a ViT over a prompt image and mask stacked on
-the input, merged early, a convolutional decoder), Mask2Former (a Swin backbone, a pixel decoder of multi-scale
-deformable attention, a masked-attention transformer decoder) and ZoeDepth (a BEiT backbone with relative position
-biases, a DPT neck, metric bins with attractors). Each was checked to build and capture; none was timed or
-predicted before it went in. Mimi's encoder (its causal padding depends on sizes ``torch.export`` holds symbolic),
-Reformer (its graph reads the largest position id back with ``.item()``, which the FLOP count's fake tensors
-cannot give) and EXAONE 4 (kept out to keep the set at seven, four of them not decoders) were dropped before
-anything was scored.
+before the change this session judges (the Xeon's depthwise and large-map convolution rows) and before anything was
+scored on it: NanoChat (squared-ReLU MLP, QK norm), MiniCPM3 (multi-head latent attention with low-rank queries and
+keys, scaled embeddings and residuals), SegGPT (a ViT over a prompt image and mask stacked on the input, merged
+early, a convolutional decoder), Mask2Former (a Swin backbone, a pixel decoder of multi-scale deformable attention,
+a masked-attention transformer decoder) and ZoeDepth (a BEiT backbone with relative position biases, a DPT neck,
+metric bins with attractors). Each was checked to build and capture; none was timed or predicted before it went in.
+LeViT and DeBERTa-v2 were written into it too, by mistake: both are in the evaluation set (``model_profile.py``), so
+they were taken out again after the first judging run, which timed and scored them (they count with the first
+fifteen sets, not here). Mimi's encoder (its causal padding depends on sizes ``torch.export`` holds symbolic),
+Reformer (its graph reads the largest position id back with ``.item()``, which the FLOP count's fake tensors cannot
+give) and EXAONE 4 (a plain decoder, kept out to keep decoders a minority) were dropped before anything was scored.
 """
 
 from __future__ import annotations
@@ -174,29 +173,6 @@ def sapiens2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 THIRTY_SECOND = ("ppocr_rec", "afmoe", "arcee", "olmo_hybrid", "sapiens2")
 
 
-def levit(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
-    """LeViT on a 128×128 image: a stem of four strided 3×3 convolutions with batch norm and Hardswish, three
-    stages of 2 blocks (64, 128, 192 wide) whose attention and MLP are linear layers followed by batch norm, shrinking
-    attention between stages."""
-    from transformers import LevitConfig, LevitModel
-
-    config = LevitConfig(image_size=128, hidden_sizes=[64, 128, 192], num_attention_heads=[2, 4, 6],
-                         depths=[2, 2, 2], key_dim=[16, 16, 16])
-    return LevitModel(config), (torch.randn(batch_size, 3, 128, 128),)
-
-
-def deberta_v2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
-    """A 4-layer DeBERTa-v2 over 64 tokens: content-to-position and position-to-content attention over 32 log
-    buckets of relative positions, shared position keys, layer-normed relative embeddings."""
-    from transformers import DebertaV2Config, DebertaV2Model
-
-    config = DebertaV2Config(vocab_size=1000, hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
-                             intermediate_size=512, relative_attention=True, max_relative_positions=-1,
-                             position_buckets=32, pos_att_type=["p2c", "c2p"], norm_rel_ebd="layer_norm",
-                             share_att_key=True, position_biased_input=False)
-    return DebertaV2Model(config), _ids(batch_size)
-
-
 def nanochat(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     """A 4-layer NanoChat over 64 tokens: rotary attention with QK norm, a squared-ReLU MLP, RMS norms without
     weights."""
@@ -257,4 +233,4 @@ def zoedepth(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
     return ZoeDepthForDepthEstimation(config), (torch.randn(batch_size, 3, 64, 64),)
 
 
-THIRTY_THIRD = ("levit", "deberta_v2", "nanochat", "minicpm3", "seggpt", "mask2former", "zoedepth")
+THIRTY_THIRD = ("nanochat", "minicpm3", "seggpt", "mask2former", "zoedepth")
