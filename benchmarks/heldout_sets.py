@@ -44,8 +44,13 @@ def _tuples(path: Path) -> dict[str, list[str]]:
 def held_out_sets() -> dict[str, list[str]]:
     """Set name → its factories as ``model_profile.py --models`` takes them; the first fifteen are one set."""
     sets: dict[str, list[str]] = {"first to fifteenth": []}
+    seen: dict[str, str] = {}
     for i, file in enumerate(_FILES):
         for key, names in _tuples(HERE / file).items():
+            for name in names:  # a model already held out is no longer unseen, and tables key rows by name
+                if name in seen:
+                    raise ValueError(f"{name!r} of {file}'s {key} is already held out in {seen[name]}")
+                seen[name] = f"{file}'s {key}"
             models = names if i == 0 else [f"benchmarks/{file}:{n}" for n in names]
             together = i < 2 or key in _SCORED_TOGETHER
             sets.setdefault("first to fifteenth" if together else key.lower().replace("_", "-"), []).extend(models)
