@@ -146,6 +146,12 @@ def time_chain(chain: Any, seconds: float) -> tuple[float, float]:
     return measure(chain.forward, seconds), measure(lambda: chain.whole(*chain.inputs), seconds)
 
 
+def factory_source(name: str) -> dict[str, Any]:
+    """The model source of a held-out name at batch 2: a name of this file's evaluation set, or any factory
+    (``benchmarks/heldout_models.py:convbert``)."""
+    return {"factory": name if ":" in name else f"{Path(__file__).resolve()}:{name}", "batch_size": 2}
+
+
 def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict[str, Any]:
     from pipeplan.costmodel.analytic import RooflineModel
     from pipeplan.costmodel.capture import capture_program
@@ -154,9 +160,7 @@ def evaluate(name: str, seconds: float, device: Any, learned: list[str]) -> dict
     from pipeplan.costmodel.source import build_source
     from pipeplan.executor.profile_model import ModelProfileSettings, layer_chain, profile_built
 
-    # a name of this file's evaluation set, or any factory (``benchmarks/heldout_models.py:convbert``)
-    factory = name if ":" in name else f"{Path(__file__).resolve()}:{name}"
-    source = {"factory": factory, "batch_size": 2}
+    source = factory_source(name)
     name = name.rsplit(":", 1)[-1]
     built = build_source(source)
     captured = capture_program(built.model, built.args, built.kwargs, name=name)

@@ -23,6 +23,7 @@ sys.path.insert(0, str(HERE.parent))
 sys.path.insert(0, str(HERE))
 
 from heldout_sets import _eager_ms, _rows, held_out_sets  # noqa: E402
+from model_profile import factory_source  # noqa: E402
 
 
 def rescore(table: Path, specs: list[str], say: Callable[[str], None] = print) -> None:
@@ -43,8 +44,7 @@ def rescore(table: Path, specs: list[str], say: Callable[[str], None] = print) -
         name = factory.rsplit(":", 1)[-1]
         if name not in eager:
             continue
-        source = factory if ":" in factory else f"{HERE / 'model_profile.py'}:{factory}"
-        built = build_source({"factory": source, "batch_size": 2})
+        built = build_source(factory_source(factory))
         graph = capture_program(built.model, built.args, built.kwargs, name=name).graph
         sums = [1e3 * sum(m.layer_times(graph.layers, device, check_cpu=False)) for m in models]
         cells = " | ".join(f"{ms:.2f} ({100 * (ms / eager[name] - 1):+.0f}%)" for ms in sums)
