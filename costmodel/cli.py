@@ -92,6 +92,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.dataset_files import check_appendable, read_dataset, replace_rows
     from pipeplan.costmodel.hardware import Contention
     from pipeplan.costmodel.profile import ProfileSettings, check_dtype, measure_device, profile
+    from pipeplan.costmodel.speed_drift import SpeedCheck, drift_verdict
     from pipeplan.costmodel.steadiness import warn_if_unsteady
 
     console = Console(stderr=True, soft_wrap=True)  # paths are not folded: they are copied from here
@@ -110,7 +111,8 @@ def cmd_profile(args: argparse.Namespace) -> None:
             repeats=args.repeats, window=args.window_ms / 1000.0, loaded_window=args.loaded_window_ms / 1000.0,
             gpu=args.gpu, dtype=dtype,
             budget=args.budget_minutes * 60.0 if args.budget_minutes else None,
-            device_type=args.device_type)
+            device_type=args.device_type, drift_tolerance=args.drift_tolerance or None,
+            stop_on_drift=args.stop_on_drift)
         check_dtype(dtype, args.gpu)
     console.print("building and capturing the layers to profile"
                   + (" (GPU-sized sweep shapes)" if args.gpu is not None else "") + f" in {dtype} …")
@@ -137,7 +139,15 @@ def cmd_profile(args: argparse.Namespace) -> None:
         def step(done: int, total: int, what: str) -> None:
             bar.update(task, completed=done, description=what[:60].ljust(60))
 
-        rows = profile(targets, staged, settings, device, progress=step)
+        checks: list[SpeedCheck] = []
+
+        def checked(check: SpeedCheck) -> None:
+            checks.append(check)
+            bar.console.print(("moved: " if check.moved(settings.drift_tolerance or 1.0) else "") + check.describe())
+
+        rows = profile(targets, staged, settings, device, progress=step, checked=checked)
+    if checks and settings.drift_tolerance is not None:
+        console.print(drift_verdict(checks, settings.drift_tolerance))
     if staged == out:
         console.print(f"{rows} measurements written to {out}")
         return
@@ -238,6 +248,7 @@ def _first_core() -> int:
 def register(sub: Any) -> None:
     """Add ``profile`` and ``costmodel`` to the ``pipeplan`` subparsers ``sub``."""
     from pipeplan.costmodel.probe import PROBE_MODELS
+    from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE
 
     p = sub.add_parser("profile", help="time layers on this machine under real contention → CSV",
                        description="Time layers on this machine's CPU cores (or a GPU) while real "
@@ -277,6 +288,12 @@ def register(sub: Any) -> None:
                    "(pipeplan.costmodel.gpu_sweep) instead of the CPU's")
     p.add_argument("--device-type", default="cpu-core", metavar="T",
                    help="device type the rows describe, as cluster specs name it (cpu-core)")
+    p.add_argument("--drift-tolerance", type=float, default=DRIFT_TOLERANCE, metavar="F",
+                   help="the device's idle speed is measured before the first level and after each; name the levels "
+                   f"around which it moved by more than this fraction ({DRIFT_TOLERANCE:g}; 0: no checks)")
+    p.add_argument("--stop-on-drift", action="store_true",
+                   help="stop after a level around which the device's speed moved (rows so far are kept: in the "
+                   "dataset, or with --replace beside it, the dataset itself unchanged)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("costmodel", help="train and explain learned, contention-aware cost models")

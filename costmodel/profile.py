@@ -48,6 +48,7 @@ from pipeplan.costmodel.dataset_files import check_appendable, write_rows
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
+from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, speed_check, stop_if_drifted
 from pipeplan.costmodel.timing import measure_call, time_call, timing_columns, warm_gpu
 
 __all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "Target", "cast", "check_dtype", "measure_device", "pinned",
@@ -76,6 +77,10 @@ class ProfileSettings:
     device_type: str = "cpu-core"  # the Device.type the rows describe (what cluster specs name)
     dtype: str = "fp32"  # what the layers run in: fp32, bf16 or fp16 (the latter two for GPUs)
     warm_seconds: float = 3.0  # of large matmuls before a GPU is timed
+    # the device is measured idle before the first level and after each (pipeplan.costmodel.speed_drift); a
+    # level whose speed moved by more than this fraction is reported. None: no checks
+    drift_tolerance: float | None = DRIFT_TOLERANCE
+    stop_on_drift: bool = False  # raise SpeedDrift after a level whose speed moved, instead of going on
 
     def __post_init__(self) -> None:
         torch_dtype(self.dtype)
@@ -85,6 +90,8 @@ class ProfileSettings:
             raise ValueError("give at least one contention level")
         if self.budget is not None and self.budget <= 0:
             raise ValueError(f"budget must be positive seconds, got {self.budget}")
+        if self.drift_tolerance is not None and not 0 < self.drift_tolerance < 1:
+            raise ValueError(f"drift tolerance must be a fraction between 0 and 1, got {self.drift_tolerance}")
 
 
 @dataclass
@@ -262,12 +269,18 @@ Progress = Callable[[int, int, str], None]
 
 
 def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSettings | None = None,
-            device: Device | None = None, progress: Progress | None = None) -> int:
+            device: Device | None = None, progress: Progress | None = None,
+            checked: Callable[[SpeedCheck], None] | None = None) -> int:
     """Time every target under every contention level; append rows to ``out``; return the row count.
 
     ``device`` describes the hardware (measured by :func:`measure_device` when not given). With a
     ``budget``, each level gets an equal share of it and measures targets in order until its share
     is spent, so every level is represented. Every target must run in ``settings.dtype``.
+
+    Unless ``settings.drift_tolerance`` is None, the device's idle speed is measured before the first level
+    and after each one; every :class:`~pipeplan.costmodel.speed_drift.SpeedCheck` goes to ``checked`` (when
+    not given, a check that moved is logged as a warning), and ``settings.stop_on_drift`` raises
+    :class:`~pipeplan.costmodel.speed_drift.SpeedDrift` after a level whose speed moved.
     """
     settings = settings or ProfileSettings()
     if not targets:
@@ -279,7 +292,9 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     check_appendable(out, settings.dtype, events=settings.gpu is not None)
     if settings.gpu is not None and settings.warm_seconds > 0:
         warm_gpu(settings.gpu, settings.warm_seconds)
-    device = device or measure_device(settings)
+    start = measure_device(settings) if settings.drift_tolerance is not None else None
+    device = device or start or measure_device(settings)
+    checks: list[SpeedCheck] = []
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
              "torch_version": torch.__version__, "dtype": settings.dtype}
@@ -307,4 +322,12 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
                 done += 1
                 if progress:
                     progress(done, total, f"{level.describe()}: {target.config}")
+        if start is not None and settings.drift_tolerance is not None:  # idle again: co-runners are stopped
+            checks.append(speed_check(level.describe(), start, measure_device(settings)))
+            if checked:
+                checked(checks[-1])
+            elif checks[-1].moved(settings.drift_tolerance):
+                log.warning("device speed moved: %s", checks[-1].describe())
+            if settings.stop_on_drift:
+                stop_if_drifted(checks, settings.drift_tolerance, str(out))
     return written

@@ -21,6 +21,9 @@ def test_profile_measures_the_layers_asked_for_under_each_level(tmp_path: Path) 
     result = run(*args)
     assert result.returncode == 0, result.stderr
     assert "4 measurements written" in result.stderr
+    # the device's speed was measured after each level, and the run says whether it held
+    assert "after idle: " in result.stderr and "after 1×memory: " in result.stderr
+    assert "held within 15% through every level" in result.stderr or "moved more than 15%" in result.stderr
     rows = read_dataset(out)
     assert sorted({r["contention"] for r in rows}) == ["1×memory", "idle"]
     assert rows[0]["config"] == "linear:m=8,k=64,n=64" and rows[1]["config"].startswith("gelu:")
@@ -34,6 +37,8 @@ def test_profile_rejects_unknown_layers_and_levels(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--layers 'transformer'" in bad.stderr
     bad = run("profile", "--out", str(tmp_path / "x.csv"), "--levels", "lots")
     assert bad.returncode == 2 and "cannot read load 'lots'" in bad.stderr
+    bad = run("profile", "--out", str(tmp_path / "x.csv"), "--drift-tolerance", "1.5")
+    assert bad.returncode == 2 and "drift tolerance must be a fraction between 0 and 1, got 1.5" in bad.stderr
     assert not (tmp_path / "x.csv").exists()
 
 
