@@ -36,6 +36,18 @@ they were taken out again after the first judging run, which timed and scored th
 fifteen sets, not here). Mimi's encoder (its causal padding depends on sizes ``torch.export`` holds symbolic),
 Reformer (its graph reads the largest position id back with ``.item()``, which the FLOP count's fake tensors cannot
 give) and EXAONE 4 (a plain decoder, kept out to keep decoders a minority) were dropped before anything was scored.
+
+The thirty-fourth (``THIRTY_FOURTH``) was written on 2026-11-30 at 06:50 UTC, on a Zen 4 EPYC (cpu family 25, model
+17), before the change this session judges (the Zen 4's depthwise convolution rows) and before anything was scored
+on it: Florence-2's DaViT vision backbone (depthwise 3×3 convolutions as position encodings, window attention
+alternating with channel attention over groups), w2v-BERT 2.0 (a conformer over 160 filter-bank features: depthwise
+1-D convolutions, relative-key attention, macaron feed-forwards), VibeVoice's acoustic tokenizer encoder (1-D
+ConvNeXt blocks of depthwise convolutions and RMS norms between strided downsampling convolutions, on raw audio),
+VideoPrism's vision encoder (a factorised video ViT: spatial layers over each frame's patches, then temporal layers
+over each patch's frames) and LiLT (a text stream beside a layout stream of 2-D box embeddings a quarter as wide,
+their attention scores shared). Each was checked to build and capture; none was timed or predicted before it went
+in. D-FINE (its decoder reads a scalar back with ``.item()``: the FLOP count's fake tensors cannot give it) and
+EdgeTAM's vision encoder (its RepViT backbone needs ``timm``) were dropped before anything was scored.
 """
 
 from __future__ import annotations
@@ -234,3 +246,61 @@ def zoedepth(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 THIRTY_THIRD = ("nanochat", "minicpm3", "seggpt", "mask2former", "zoedepth")
+
+
+def florence2_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """Florence-2's DaViT backbone on 128×128, 4 stages 32–256 wide: each block a depthwise 3×3 convolution as
+    position encoding, then window attention (4×4) or channel attention over groups, each followed by an MLP."""
+    from transformers import Florence2VisionBackbone, Florence2VisionConfig
+
+    config = Florence2VisionConfig(depths=[1, 1, 2, 1], embed_dim=[32, 64, 128, 256], num_heads=[1, 2, 4, 8],
+                                   num_groups=[1, 2, 4, 8], window_size=4, drop_path_rate=0.0, projection_dim=256)
+    return Florence2VisionBackbone(config), (torch.randn(batch_size, 3, 128, 128),)
+
+
+def wav2vec2_bert(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer w2v-BERT 2.0 conformer over 100 frames of 160 filter-bank features: macaron feed-forwards,
+    relative-key self-attention, a depthwise 1-D convolution (kernel 15) per layer."""
+    from transformers import Wav2Vec2BertConfig, Wav2Vec2BertModel
+
+    config = Wav2Vec2BertConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256,
+                                conv_depthwise_kernel_size=15, position_embeddings_type="relative_key",
+                                add_adapter=False)
+    return Wav2Vec2BertModel(config), (torch.randn(batch_size, 100, 160),)
+
+
+def vibevoice_encoder(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """VibeVoice's acoustic tokenizer encoder on 4,000 samples of audio: 1-D ConvNeXt blocks (depthwise kernel 7,
+    RMS norm, a 4× MLP, layer scale) between strided convolutions downsampling 2, 4, 5 and 5 times."""
+    from transformers import VibeVoiceAcousticTokenizerEncoderConfig, VibeVoiceAcousticTokenizerEncoderModel
+
+    config = VibeVoiceAcousticTokenizerEncoderConfig(hidden_size=32, num_filters=16, downsampling_ratios=[2, 4, 5, 5],
+                                                     depths=[1, 1, 1, 1, 2])
+    return VibeVoiceAcousticTokenizerEncoderModel(config), (torch.randn(batch_size, 1, 4000),)
+
+
+def videoprism_vision(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """VideoPrism's factorised video encoder on 4 frames of 64×64: 3 spatial layers over each frame's 8×8 patches,
+    then 2 temporal layers over each patch position's frames."""
+    from transformers import VideoPrismVisionConfig, VideoPrismVisionModel
+
+    config = VideoPrismVisionConfig(image_size=64, num_frames=4, tubelet_size=[1, 8, 8], hidden_size=128,
+                                    num_spatial_layers=3, num_temporal_layers=2, num_attention_heads=4,
+                                    intermediate_size=256)
+    return VideoPrismVisionModel(config), (torch.randn(batch_size, 4, 3, 64, 64),)
+
+
+def lilt(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer LiLT over 64 tokens with their boxes: a text stream (192 wide) beside a layout stream of 2-D
+    position embeddings (48 wide), both streams' attention scores summed."""
+    from transformers import LiltConfig, LiltModel
+
+    config = LiltConfig(vocab_size=1000, hidden_size=192, num_hidden_layers=4, num_attention_heads=4,
+                        intermediate_size=256, channel_shrink_ratio=4)
+    corner = torch.randint(0, 500, (batch_size, 64, 2))
+    size = torch.randint(1, 500, (batch_size, 64, 2))
+    boxes = torch.cat([corner, corner + size], dim=-1)  # x0, y0, x1, y1: every box at least 1 wide and high
+    return LiltModel(config), (torch.randint(3, 1000, (batch_size, 64)), boxes)
+
+
+THIRTY_FOURTH = ("florence2_vision", "wav2vec2_bert", "vibevoice_encoder", "videoprism_vision", "lilt")
