@@ -143,7 +143,7 @@ def cmd_profile(args: argparse.Namespace) -> None:
 
         def checked(check: SpeedCheck) -> None:
             checks.append(check)
-            bar.console.print(("moved: " if check.moved(settings.drift_tolerance or 1.0) else "") + check.describe())
+            bar.console.print(check.describe())
 
         rows = profile(targets, staged, settings, device, progress=step, checked=checked)
     if checks and settings.drift_tolerance is not None:
@@ -290,10 +290,11 @@ def register(sub: Any) -> None:
                    help="device type the rows describe, as cluster specs name it (cpu-core)")
     p.add_argument("--drift-tolerance", type=float, default=DRIFT_TOLERANCE, metavar="F",
                    help="the device's idle speed is measured before the first level and after each; name the levels "
-                   f"around which it moved by more than this fraction ({DRIFT_TOLERANCE:g}; 0: no checks)")
+                   f"at either end of which it was more than this fraction off the run's median ({DRIFT_TOLERANCE:g}; "
+                   "0: no checks)")
     p.add_argument("--stop-on-drift", action="store_true",
-                   help="stop after a level around which the device's speed moved (rows so far are kept: in the "
-                   "dataset, or with --replace beside it, the dataset itself unchanged)")
+                   help="stop after a level at whose end the device's speed had moved that far from the start's (rows "
+                   "so far are kept: in the dataset, or with --replace beside it, the dataset itself unchanged)")
     p.set_defaults(func=cmd_profile)
 
     p = sub.add_parser("costmodel", help="train and explain learned, contention-aware cost models")

@@ -51,8 +51,8 @@ from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
 from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, speed_check, stop_if_drifted
 from pipeplan.costmodel.timing import measure_call, time_call, timing_columns, warm_gpu
 
-__all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "Target", "cast", "check_dtype", "measure_device", "pinned",
-           "profile", "targets_from_models", "targets_from_specs", "torch_dtype"]
+__all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "SpeedProbe", "Target", "cast", "check_dtype",
+           "measure_device", "pinned", "profile", "targets_from_models", "targets_from_specs", "torch_dtype"]
 
 log = logging.getLogger(__name__)
 
@@ -240,20 +240,36 @@ def pinned(cores: Sequence[int], threads: int) -> Iterator[None]:
         torch.set_num_threads(old_threads)
 
 
+class SpeedProbe:
+    """The matmul and the copy that measure a device's speed, their tensors allocated once and kept, so that
+    measuring again (:mod:`pipeplan.costmodel.speed_drift`) compares the device with itself: on a Zen 4 VM fresh
+    64 MiB buffers for each copy read 25–37 GB/s within minutes where kept ones repeated within ±1%. A profile
+    keeps one for its whole run: 129 MiB of host memory, 576 MiB on a GPU."""
+
+    def __init__(self, settings: ProfileSettings) -> None:
+        self.gpu = settings.gpu
+        self.cores, self.threads = settings.cores, settings.threads
+        dev = torch.device("cuda", self.gpu) if self.gpu is not None else torch.device("cpu")
+        self.n = 4096 if self.gpu is not None else 512
+        self.a = torch.randn(self.n, self.n, device=dev)
+        self.src = torch.ones((256 if self.gpu is not None else 64) * 2**20 // 4, device=dev)
+        self.dst = torch.empty_like(self.src)
+
+    def measure(self) -> tuple[float, float]:
+        """(FP32 matmul FLOP/s, copy bytes/s), measured now on the settings' cores (or GPU)."""
+        with pinned(self.cores, self.threads):
+            t_mm = time_call(lambda: torch.mm(self.a, self.a), window=0.2, gpu=self.gpu)[0]
+            t_copy = time_call(lambda: self.dst.copy_(self.src), window=0.2, gpu=self.gpu)[0]
+        return 2 * self.n**3 / t_mm, 2 * self.src.numel() * 4 / t_copy
+
+
 def measure_device(settings: ProfileSettings) -> Device:
     """This device's achieved FP32 matmul FLOP/s and copy bandwidth, measured idle, as a Device.
 
     These replace datasheet figures: the roofline and the learned model both use them.
     """
     gpu = settings.gpu
-    dev = torch.device("cuda", gpu) if gpu is not None else torch.device("cpu")
-    n = 4096 if gpu is not None else 512
-    a = torch.randn(n, n, device=dev)
-    src = torch.ones((256 if gpu is not None else 64) * 2**20 // 4, device=dev)
-    dst = torch.empty_like(src)
-    with pinned(settings.cores, settings.threads):
-        t_mm = time_call(lambda: torch.mm(a, a), window=0.2, gpu=gpu)[0]
-        t_copy = time_call(lambda: dst.copy_(src), window=0.2, gpu=gpu)[0]
+    flops, bandwidth = SpeedProbe(settings).measure()
     if gpu is not None:
         props = torch.cuda.get_device_properties(gpu)
         name, memory = props.name, props.total_memory
@@ -261,8 +277,7 @@ def measure_device(settings: ProfileSettings) -> Device:
         name, memory = cpu_model(), os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     return Device(id=f"cuda{gpu}" if gpu is not None else "cpu" + "+".join(map(str, settings.cores)),
                   type=settings.device_type if gpu is None else name, memory=memory,
-                  peak_flops=2 * n**3 / t_mm, mem_bandwidth=2 * src.numel() * 4 / t_copy,
-                  cores=list(settings.cores) if gpu is None else None)
+                  peak_flops=flops, mem_bandwidth=bandwidth, cores=list(settings.cores) if gpu is None else None)
 
 
 Progress = Callable[[int, int, str], None]
@@ -292,8 +307,9 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     check_appendable(out, settings.dtype, events=settings.gpu is not None)
     if settings.gpu is not None and settings.warm_seconds > 0:
         warm_gpu(settings.gpu, settings.warm_seconds)
-    start = measure_device(settings) if settings.drift_tolerance is not None else None
-    device = device or start or measure_device(settings)
+    probe = SpeedProbe(settings) if settings.drift_tolerance is not None else None
+    start = probe.measure() if probe else None
+    device = device or measure_device(settings)
     checks: list[SpeedCheck] = []
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
@@ -322,8 +338,8 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
                 done += 1
                 if progress:
                     progress(done, total, f"{level.describe()}: {target.config}")
-        if start is not None and settings.drift_tolerance is not None:  # idle again: co-runners are stopped
-            checks.append(speed_check(level.describe(), start, measure_device(settings)))
+        if probe and start and settings.drift_tolerance is not None:  # idle again: co-runners are stopped
+            checks.append(speed_check(level.describe(), start, probe.measure()))
             if checked:
                 checked(checks[-1])
             elif checks[-1].moved(settings.drift_tolerance):

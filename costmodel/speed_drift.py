@@ -7,24 +7,24 @@ idle rows 1.43× slow, and every slowdown measured against them too small (``ben
 Xeon of model 207 gets depthwise convolutions, not shipped"). Nothing in the rows shows it.
 
 So the profiler measures the device idle before the first level and again after each one (the matmul and
-copy of :func:`~pipeplan.costmodel.profile.measure_device`, about half a second each, repeatable within
-±1% compute and ±5% copy on a quiet core) and reports each level's speed as a fraction of the start's.
-A level whose speed at either end moved by more than the tolerance is named: its rows hold the spell, so
-time its layers again (``pipeplan profile --layers … --replace``) before a model is trained on them.
+copy of :class:`~pipeplan.costmodel.profile.SpeedProbe`, on buffers kept for the run, two seconds each) and prints
+each level's speed as a fraction of the start's. At the end it names the levels at either end of which the device
+ran more than the tolerance off the run's median speed: their rows were taken at another speed than the others',
+so time those layers again (``pipeplan profile --layers … --replace``) before a model is trained on them. Both
+figures repeat within ±1% on a quiet core when the buffers are kept; with fresh buffers for every copy (as
+:func:`~pipeplan.costmodel.profile.measure_device` allocates) the copy read 25–37 GB/s within minutes on a Zen 4 VM,
+and the first profiles with this check named levels for it whose rows agreed with a second pass within 2%.
 A spell that starts and ends inside one level is not seen; ``python -m pipeplan.costmodel.steadiness``
 before a run says whether the host is in one.
 """
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from pipeplan.errors import UserError
-
-if TYPE_CHECKING:  # the CLI reads DRIFT_TOLERANCE while building its parser: no heavy imports here
-    from pipeplan.costmodel.hardware import Device
+from pipeplan.errors import UserError  # nothing heavier: the CLI reads DRIFT_TOLERANCE while building its parser
 
 __all__ = ["DRIFT_TOLERANCE", "SpeedCheck", "SpeedDrift", "drift_verdict", "drifted_levels", "speed_check",
            "stop_if_drifted"]
@@ -53,33 +53,38 @@ class SpeedCheck:
         return f"after {self.level}: {self.compute:.2f}× compute, {self.memory:.2f}× memory speed of the start"
 
 
-def speed_check(level: str, start: Device, now: Device) -> SpeedCheck:
-    return SpeedCheck(level, now.peak_flops / start.peak_flops, now.mem_bandwidth / start.mem_bandwidth)
+def speed_check(level: str, start: tuple[float, float], now: tuple[float, float]) -> SpeedCheck:
+    """The check after ``level`` from (FLOP/s, bytes/s) measured at the start and now
+    (:meth:`~pipeplan.costmodel.profile.SpeedProbe.measure`)."""
+    return SpeedCheck(level, now[0] / start[0], now[1] / start[1])
 
 
 def drifted_levels(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERANCE) -> list[str]:
-    """The levels whose speed at their start or end had moved: a level starts where the one before it ended
-    (the first at the start itself), so a moved check names the level it ends and the one after it."""
-    drifted = []
-    for i, check in enumerate(checks):
-        if check.moved(tolerance) or (i > 0 and checks[i - 1].moved(tolerance)):
-            drifted.append(check.level)
-    return drifted
+    """The levels at either end of which the device ran more than ``tolerance`` off the run's median speed (over
+    the start and every check): a level starts where the one before it ended, the first at the start itself.
+    Slowdowns are ratios of a level's rows to the idle rows, so what matters is that the levels ran at one speed;
+    against the median, a start taken in a short fast or slow moment names the first level, not every other."""
+    compute = statistics.median([1.0, *(c.compute for c in checks)])
+    memory = statistics.median([1.0, *(c.memory for c in checks)])
+    off = [max(abs(c / compute - 1.0), abs(m / memory - 1.0)) > tolerance
+           for c, m in [(1.0, 1.0), *((c.compute, c.memory) for c in checks)]]
+    return [check.level for i, check in enumerate(checks) if off[i] or off[i + 1]]
 
 
 def drift_verdict(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERANCE) -> str:
     """What to do about the levels whose speed moved, or that none did."""
     drifted = drifted_levels(checks, tolerance)
     if drifted:
-        return (f"warning: the device's idle speed moved more than {tolerance:.0%} around level(s) "
-                f"{', '.join(drifted)}: their rows hold that spell as if it were their contention. Time these "
+        return (f"warning: the device's idle speed was more than {tolerance:.0%} off the run's median around level(s) "
+                f"{', '.join(drifted)}: their rows were taken at another speed than the others'. Time these "
                 "layers again with --replace once `python -m pipeplan.costmodel.steadiness` says the core is "
                 "steady, before training on them")
-    return f"the device's idle speed held within {tolerance:.0%} through every level"
+    return f"the device's idle speed held within {tolerance:.0%} of the run's median through every level"
 
 
 def stop_if_drifted(checks: Sequence[SpeedCheck], tolerance: float, written_to: str) -> None:
-    """Raise :class:`SpeedDrift` naming the level if the newest check moved (for ``--stop-on-drift``)."""
+    """Raise :class:`SpeedDrift` naming the level if the newest check moved from the start's speed (for
+    ``--stop-on-drift``: the run's median is not known yet)."""
     if checks and checks[-1].moved(tolerance):
         raise SpeedDrift(f"stopped: the device's idle speed moved more than {tolerance:.0%} while timing level "
                          f"{checks[-1].level} ({checks[-1].describe()}); the rows measured so far are in "
