@@ -263,13 +263,14 @@ class SpeedProbe:
         return 2 * self.n**3 / t_mm, 2 * self.src.numel() * 4 / t_copy
 
 
-def measure_device(settings: ProfileSettings) -> Device:
-    """This device's achieved FP32 matmul FLOP/s and copy bandwidth, measured idle, as a Device.
+def measure_device(settings: ProfileSettings, figures: tuple[float, float] | None = None) -> Device:
+    """This device's achieved FP32 matmul FLOP/s and copy bandwidth, measured idle, as a Device (``figures``:
+    those a :class:`SpeedProbe` has just measured, instead of measuring again).
 
     These replace datasheet figures: the roofline and the learned model both use them.
     """
     gpu = settings.gpu
-    flops, bandwidth = SpeedProbe(settings).measure()
+    flops, bandwidth = figures or SpeedProbe(settings).measure()
     if gpu is not None:
         props = torch.cuda.get_device_properties(gpu)
         name, memory = props.name, props.total_memory
@@ -309,7 +310,7 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
         warm_gpu(settings.gpu, settings.warm_seconds)
     probe = SpeedProbe(settings) if settings.drift_tolerance is not None else None
     start = probe.measure() if probe else None
-    device = device or measure_device(settings)
+    device = device or measure_device(settings, start)
     checks: list[SpeedCheck] = []
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
