@@ -137,7 +137,7 @@ class Deployment(ServingThreads):
 
     def samples(self, n: int, seed: int = 0) -> list[tuple[tuple[Any, ...], dict[str, Any]]]:
         """``n`` requests' ``(args, kwargs)``, drawn as a run draws its batches
-        (:func:`pipeplan.executor.source.batch_inputs`: token ids within the example's range): a load to serve."""
+        (:func:`pipeplan.executor.source.batch_inputs`: samples of the example, drawn at random): a load to serve."""
         def row(value: Any, i: int) -> Any:
             return value[i] if isinstance(value, torch.Tensor) and value.dim() else value
 

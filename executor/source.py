@@ -31,7 +31,7 @@ from pipeplan.costmodel.source import SourceError, build_source, import_source_m
 from pipeplan.executor.errors import PlanMismatchError
 from pipeplan.planner.plan import Plan
 
-__all__ = ["Rebuilt", "batch_inputs", "batch_kwargs", "import_registrations", "rebuild", "registrations",
+__all__ = ["Rebuilt", "batch_inputs", "batch_kwargs", "import_registrations", "rebuild", "registrations", "sample_rows",
            "source_of_plan", "state_fingerprint", "with_source"]
 
 log = logging.getLogger(__name__)
@@ -178,41 +178,42 @@ def rebuild(plan: Plan, model: nn.Module | None = None, args: Sequence[Any] | No
     return Rebuilt(model, call_args, captured, call_kwargs, registrations(captured.program, model))
 
 
+def sample_rows(samples: int, microbatches: int, seed: int, index: int) -> torch.Tensor:
+    """Which of an example's ``samples`` make up batch ``index`` (``samples × microbatches`` of them, drawn with
+    replacement): one draw per sample count, the same for every input with that many samples, so that a sample's
+    parts stay together (token ids with their boxes, pixels with their mask)."""
+    gen = torch.Generator().manual_seed((seed * 1_000_003 + index) * 1_009 + samples)
+    return torch.randint(0, samples, (samples * microbatches,), generator=gen)
+
+
 def batch_inputs(example: Sequence[Any], microbatches: int, seed: int, index: int) -> tuple[Any, ...]:
     """Batch ``index`` of the run's stream: ``microbatches`` random microbatches shaped like ``example``.
 
-    Each sample of a floating tensor is one of the example's samples, drawn at random: floats may carry
-    indices (Pix2Struct's flattened patches start with each patch's row and column, which index
-    embeddings), so only values the model was shown are safe.  Integer tensors (token ids) are uniform
-    over the example's range, so every id stays valid for the model's embedding; boolean tensors (masks)
-    and other values are repeated as they are.  Every process that asks for the same batch gets the same
-    tensors.  A tensor with no rows (an empty cache) stays as it is: there is no sample to draw.
+    Each sample is one of the example's samples, drawn at random (:func:`sample_rows`), and every input of it
+    comes from that same sample: only values the model was shown are safe, and they are safe only together.
+    Floats may carry indices (Pix2Struct's flattened patches start with each patch's row and column, which
+    index embeddings); integers may carry structure (LiLT's boxes are x0, y0, x1, y1 with x1 ≥ x0: drawn
+    uniformly over their range, as token ids once were, a box of negative width indexed its embedding out of
+    range). Every process that asks for the same batch gets the same tensors. Values that are not tensors, and a
+    tensor with no rows (an empty cache) or no dimensions, stay as they are.
 
     >>> x = batch_inputs((torch.zeros(2, 3),), microbatches=4, seed=0, index=1)[0]
     >>> tuple(x.shape)
     (8, 3)
     """
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + index)
     out: list[Any] = []
     for arg in example:
         if not isinstance(arg, torch.Tensor) or arg.dim() == 0 or arg.shape[0] == 0:
             out.append(arg)
-            continue
-        shape = (arg.shape[0] * microbatches, *arg.shape[1:])
-        if arg.is_floating_point():
-            out.append(arg[torch.randint(0, arg.shape[0], shape[:1], generator=gen)])
-        elif arg.dtype in (torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8) and arg.numel():
-            low, high = int(arg.min()), int(arg.max()) + 1
-            out.append(torch.randint(low, high, shape, generator=gen, dtype=arg.dtype))
         else:
-            out.append(arg.repeat(microbatches, *([1] * (arg.dim() - 1))))
+            out.append(arg[sample_rows(arg.shape[0], microbatches, seed, index)])
     return tuple(out)
 
 
 def batch_kwargs(example: Mapping[str, Any], microbatches: int, seed: int, index: int) -> dict[str, Any]:
-    """:func:`batch_inputs` for keyword inputs (drawn after the positional ones' stream, by name)."""
+    """:func:`batch_inputs` for keyword inputs: the same samples as the positional ones of the batch."""
     keys = sorted(example)
-    values = batch_inputs(tuple(example[k] for k in keys), microbatches, seed + 7919, index)
+    values = batch_inputs(tuple(example[k] for k in keys), microbatches, seed, index)
     return dict(zip(keys, values, strict=True))
 
 

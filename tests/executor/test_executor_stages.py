@@ -15,7 +15,7 @@ from pipeplan.costmodel.capture import capture, capture_program
 from pipeplan.costmodel.graph import ModelGraph
 from pipeplan.costmodel.zoo import build_model, capture_model
 from pipeplan.executor import PlanMismatchError, check_plan, split_program
-from pipeplan.executor.source import batch_inputs, rebuild, source_of_plan
+from pipeplan.executor.source import batch_inputs, batch_kwargs, rebuild, source_of_plan
 from pipeplan.planner.plan import Plan
 from tests.executor_helpers import cpu_cluster, plan_with_cuts
 
@@ -144,11 +144,28 @@ def test_batch_inputs_are_deterministic_and_valid() -> None:
     samples = torch.arange(10.0).reshape(2, 5)
     a = batch_inputs((tokens, samples), microbatches=3, seed=1, index=4)
     b = batch_inputs((tokens, samples), microbatches=3, seed=1, index=4)
-    assert a[0].shape == (6, 2) and a[1].shape == (6, 5)
-    assert int(a[0].min()) >= 1 and int(a[0].max()) <= 9 and a[0].dtype == torch.int64
-    assert all(any(torch.equal(row, s) for s in samples) for row in a[1])  # floats: the example's samples
+    assert a[0].shape == (6, 2) and a[1].shape == (6, 5) and a[0].dtype == torch.int64
+    assert all(any(torch.equal(row, s) for s in samples) for row in a[1])  # the example's samples
     torch.testing.assert_close(a, b)
     assert not torch.equal(a[1], batch_inputs((tokens, samples), 3, seed=1, index=5)[1])
+
+
+def test_a_samples_inputs_stay_together_positional_and_keyword() -> None:
+    """LiLT's boxes (x0, y0, x1, y1) drawn uniformly over their range had negative widths, which index an
+    embedding out of range; drawn as whole samples, beside their own token ids, they stay valid."""
+    ids = torch.tensor([[5, 6, 7], [50, 60, 70]])
+    boxes = torch.tensor([[[0, 0, 10, 10]] * 3, [[400, 300, 900, 800]] * 3])
+    mask = torch.tensor([[True, True, False], [True, False, False]])
+    pixels = torch.tensor([[0.5], [9.5]])
+    args = batch_inputs((ids, boxes), microbatches=4, seed=3, index=2)
+    kwargs = batch_kwargs({"mask": mask, "pixels": pixels}, microbatches=4, seed=3, index=2)
+    drawn = [int(row[0] == 50) for row in args[0]]  # which example sample each drawn sample is
+    assert set(drawn) == {0, 1}  # both samples drawn in 8
+    for i, sample in enumerate(drawn):
+        assert torch.equal(args[1][i], boxes[sample]) and torch.equal(kwargs["mask"][i], mask[sample])
+        assert float(kwargs["pixels"][i]) == float(pixels[sample])
+    widths = args[1][..., 2] - args[1][..., 0]
+    assert int(widths.min()) > 0
 
 
 def test_batch_inputs_keep_an_empty_tensor_empty() -> None:
