@@ -48,7 +48,7 @@ from pipeplan.costmodel.dataset_files import check_appendable, write_rows
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
-from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, speed_check, stop_if_drifted
+from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, SpeedWatch
 from pipeplan.costmodel.timing import measure_call, time_call, timing_columns, warm_gpu
 
 __all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "SpeedProbe", "Target", "cast", "check_dtype",
@@ -294,7 +294,7 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     is spent, so every level is represented. Every target must run in ``settings.dtype``.
 
     Unless ``settings.drift_tolerance`` is None, the device's idle speed is measured before the first level
-    and after each one; every :class:`~pipeplan.costmodel.speed_drift.SpeedCheck` goes to ``checked`` (when
+    and after each one (:class:`~pipeplan.costmodel.speed_drift.SpeedWatch`); every check goes to ``checked`` (when
     not given, a check that moved is logged as a warning), and ``settings.stop_on_drift`` raises
     :class:`~pipeplan.costmodel.speed_drift.SpeedDrift` after a level whose speed moved.
     """
@@ -308,10 +308,9 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
     check_appendable(out, settings.dtype, events=settings.gpu is not None)
     if settings.gpu is not None and settings.warm_seconds > 0:
         warm_gpu(settings.gpu, settings.warm_seconds)
-    probe = SpeedProbe(settings) if settings.drift_tolerance is not None else None
-    start = probe.measure() if probe else None
-    device = device or measure_device(settings, start)
-    checks: list[SpeedCheck] = []
+    watch = (SpeedWatch(SpeedProbe(settings).measure, settings.drift_tolerance, settings.stop_on_drift, checked,
+                        str(out)) if settings.drift_tolerance is not None else None)
+    device = device or measure_device(settings, watch.start if watch else None)
     fixed = {**device_features(device), "device_name": cpu_model() if settings.gpu is None else device.type,
              "threads": settings.threads, "cores": "+".join(map(str, settings.cores)),
              "torch_version": torch.__version__, "dtype": settings.dtype}
@@ -339,12 +338,6 @@ def profile(targets: Sequence[Target], out: str | Path, settings: ProfileSetting
                 done += 1
                 if progress:
                     progress(done, total, f"{level.describe()}: {target.config}")
-        if probe and start and settings.drift_tolerance is not None:  # idle again: co-runners are stopped
-            checks.append(speed_check(level.describe(), start, probe.measure()))
-            if checked:
-                checked(checks[-1])
-            elif checks[-1].moved(settings.drift_tolerance):
-                log.warning("device speed moved: %s", checks[-1].describe())
-            if settings.stop_on_drift:
-                stop_if_drifted(checks, settings.drift_tolerance, str(out))
+        if watch:  # idle again: the level's co-runners are stopped
+            watch.after(level.describe())
     return written

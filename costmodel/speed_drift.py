@@ -20,16 +20,18 @@ before a run says whether the host is in one.
 
 from __future__ import annotations
 
+import logging
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from pipeplan.errors import UserError  # nothing heavier: the CLI reads DRIFT_TOLERANCE while building its parser
 
-__all__ = ["DRIFT_TOLERANCE", "SpeedCheck", "SpeedDrift", "drift_verdict", "drifted_levels", "speed_check",
-           "stop_if_drifted"]
+__all__ = ["DRIFT_TOLERANCE", "SpeedCheck", "SpeedDrift", "SpeedWatch", "drift_verdict", "drifted_levels"]
 
-# Well above measure_device's own repeatability (±1% compute, ±5% copy), well below the spells seen (1.3–1.5×).
+log = logging.getLogger(__name__)
+
+# Well above the probe's repeatability on kept buffers (±1%), well below the spells seen (1.3–1.5×).
 DRIFT_TOLERANCE = 0.15
 
 
@@ -53,10 +55,36 @@ class SpeedCheck:
         return f"after {self.level}: {self.compute:.2f}× compute, {self.memory:.2f}× memory speed of the start"
 
 
-def speed_check(level: str, start: tuple[float, float], now: tuple[float, float]) -> SpeedCheck:
-    """The check after ``level`` from (FLOP/s, bytes/s) measured at the start and now
-    (:meth:`~pipeplan.costmodel.profile.SpeedProbe.measure`)."""
-    return SpeedCheck(level, now[0] / start[0], now[1] / start[1])
+class SpeedWatch:
+    """A profile's checks: the device's speed measured at the start, then again after every level.
+
+    ``measure`` gives (FLOP/s, bytes/s) now (:meth:`~pipeplan.costmodel.profile.SpeedProbe.measure`). Each check
+    goes to ``checked`` (without one, a check that moved is logged as a warning); with ``stop``, a level at whose
+    end the speed had moved from the start's by more than ``tolerance`` raises :class:`SpeedDrift` (the run's
+    median, which the final verdict uses, is not known yet)."""
+
+    def __init__(self, measure: Callable[[], tuple[float, float]], tolerance: float = DRIFT_TOLERANCE,
+                 stop: bool = False, checked: Callable[[SpeedCheck], None] | None = None,
+                 written_to: str = "the dataset") -> None:
+        self.measure, self.tolerance, self.stop = measure, tolerance, stop
+        self.checked, self.written_to = checked, written_to
+        self.start = measure()
+        self.checks: list[SpeedCheck] = []
+
+    def after(self, level: str) -> SpeedCheck:
+        """Measure again now that ``level`` is timed (its co-runners stopped), and report it."""
+        now = self.measure()
+        check = SpeedCheck(level, now[0] / self.start[0], now[1] / self.start[1])
+        self.checks.append(check)
+        if self.checked:
+            self.checked(check)
+        elif check.moved(self.tolerance):
+            log.warning("device speed moved: %s", check.describe())
+        if self.stop and check.moved(self.tolerance):
+            raise SpeedDrift(f"stopped: the device's idle speed moved more than {self.tolerance:.0%} while timing "
+                             f"level {level} ({check.describe()}); the rows measured so far are in {self.written_to}, "
+                             "the last level's included: time them again when the core is steady")
+        return check
 
 
 def drifted_levels(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERANCE) -> list[str]:
@@ -80,12 +108,3 @@ def drift_verdict(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERAN
                 "layers again with --replace once `python -m pipeplan.costmodel.steadiness` says the core is "
                 "steady, before training on them")
     return f"the device's idle speed held within {tolerance:.0%} of the run's median through every level"
-
-
-def stop_if_drifted(checks: Sequence[SpeedCheck], tolerance: float, written_to: str) -> None:
-    """Raise :class:`SpeedDrift` naming the level if the newest check moved from the start's speed (for
-    ``--stop-on-drift``: the run's median is not known yet)."""
-    if checks and checks[-1].moved(tolerance):
-        raise SpeedDrift(f"stopped: the device's idle speed moved more than {tolerance:.0%} while timing level "
-                         f"{checks[-1].level} ({checks[-1].describe()}); the rows measured so far are in "
-                         f"{written_to}, the last level's included: time them again when the core is steady")
