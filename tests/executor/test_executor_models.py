@@ -106,6 +106,34 @@ def test_token_ids_consumed_by_a_later_stage(cluster: Path) -> None:
     assert report.check["max_abs_diff"] == 0.0
 
 
+class BoxWidths(nn.Module):
+    """Token ids with their boxes (x0, y0, x1, y1), and each box's width embedded: LiLT's layout stream, small."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(100, 8)
+        self.width = nn.Embedding(64, 8)
+        self.head = nn.Linear(8, 4)
+
+    def forward(self, ids: torch.Tensor, boxes: torch.Tensor) -> torch.Tensor:
+        return self.head(self.tok(ids) + self.width(boxes[..., 2] - boxes[..., 0]))
+
+
+def test_inputs_with_structure_are_drawn_whole_samples_at_a_time(cluster: Path) -> None:
+    """A run's batches are drawn from the example: uniform over each integer tensor's range, as they once were,
+    boxes get negative widths and the width embedding fails; drawn a sample at a time, ids with their own boxes,
+    every batch is valid and the pipeline matches the unsplit model."""
+    model = BoxWidths().eval()
+    ids = torch.randint(0, 100, (2, 6))
+    x0 = torch.tensor([[0] * 6, [40] * 6])
+    boxes = torch.stack([x0, x0, x0 + torch.tensor([[20], [3]]), x0 + 5], dim=-1)  # widths 20 and 3, never < 0
+    graph = capture(model, (ids, boxes), name="box-widths")
+    plan = plan_with_cuts(graph, cluster, ["head"])
+    report = run_plan(plan, model, (ids, boxes), options=_options(cluster, batches=2, check_batches=2))
+    assert report is not None and report.check is not None and report.check["ok"]
+    assert report.check["max_abs_diff"] == 0.0
+
+
 class Noisy(nn.Module):
     """Adds fresh noise on every call: no pipeline can reproduce the unsplit model's output."""
 
