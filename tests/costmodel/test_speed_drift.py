@@ -22,7 +22,8 @@ SHAPES = ["linear:m=16,k=64,n=64", "layernorm:m=64,c=256"]
 
 @pytest.fixture
 def tenant() -> Iterator[ExitStack]:
-    """Two compute-bound processes pinned to core 0, started on demand: the host's other tenant."""
+    """Holds the host's other tenant until the test ends: ``_profile`` starts it (two compute-bound processes
+    pinned to core 0) once the first level is timed."""
     with ExitStack() as stack:
         yield stack
 
