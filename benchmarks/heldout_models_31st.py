@@ -48,6 +48,17 @@ over each patch's frames) and LiLT (a text stream beside a layout stream of 2-D 
 their attention scores shared). Each was checked to build and capture; none was timed or predicted before it went
 in. D-FINE (its decoder reads a scalar back with ``.item()``: the FLOP count's fake tensors cannot give it) and
 EdgeTAM's vision encoder (its RepViT backbone needs ``timm``) were dropped before anything was scored.
+
+The thirty-fifth (``THIRTY_FIFTH``) was written on 2026-11-30 at 09:05 UTC, on the Zen 5 EPYC (cpu family 26, model
+2), before the change this session judges (dense 2-D convolutions on large maps in the sweep) and before anything was
+scored on it: UniSpeech-SAT (seven strided 1-D convolutions over raw audio with layer norms, a grouped positional
+convolution, a pre-norm transformer), SmolLM3 (a grouped-query decoder whose every other layer drops rotary
+positions), Zamba (Mamba layers with one shared attention block applied every third layer, its input the
+concatenated embeddings), CHMv2 (a DINOv3 ViT with rotary positions and registers, then a DPT-style reassemble,
+fusion and depth-bin head up to the image's size) and LASR's encoder (a conformer: a strided 1-D convolution
+subsampler, rotary attention, a depthwise convolution of kernel 32 with batch norm). Each was checked to build and
+capture; none was timed or predicted before it went in. The PP-OCRv6 small detector (its default config's neck did
+not match its backbone's channels) and DINOv3's ViT alone (CHMv2 holds it) were dropped before anything was scored.
 """
 
 from __future__ import annotations
@@ -304,3 +315,64 @@ def lilt(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
 
 
 THIRTY_FOURTH = ("florence2_vision", "wav2vec2_bert", "vibevoice_encoder", "videoprism_vision", "lilt")
+
+
+def unispeech_sat(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer UniSpeech-SAT on 8,000 samples of audio: seven strided 1-D convolutions (64 wide, layer norms), a
+    grouped positional convolution (kernel 32), pre-norm transformer layers 128 wide."""
+    from transformers import UniSpeechSatConfig, UniSpeechSatModel
+
+    config = UniSpeechSatConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256,
+                                conv_dim=(64, 64, 64, 64, 64, 64, 64), num_conv_pos_embeddings=32,
+                                num_conv_pos_embedding_groups=8, do_stable_layer_norm=True, feat_extract_norm="layer")
+    return UniSpeechSatModel(config), (torch.randn(batch_size, 8000),)
+
+
+def smollm3(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 4-layer SmolLM3 decoder over 64 tokens, 128 wide: grouped-query attention (4 heads, 2 key-value heads),
+    rotary positions on every other layer only, a SwiGLU MLP."""
+    from transformers import SmolLM3Config, SmolLM3Model
+
+    config = SmolLM3Config(vocab_size=1000, hidden_size=128, intermediate_size=384, num_hidden_layers=4,
+                           num_attention_heads=4, num_key_value_heads=2, no_rope_layer_interval=2, use_cache=False,
+                           pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return SmolLM3Model(config), (torch.randint(0, 1000, (batch_size, 64)),)
+
+
+def zamba(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """A 6-layer Zamba over 64 tokens, 128 wide: Mamba layers (state 16, convolution 4), one shared attention
+    block applied after every third, fed the hidden states concatenated with the embeddings."""
+    from transformers import ZambaConfig, ZambaModel
+
+    config = ZambaConfig(vocab_size=1000, hidden_size=128, intermediate_size=256, num_hidden_layers=6,
+                         num_attention_heads=4, num_key_value_heads=4, attn_layer_period=3, attn_layer_offset=2,
+                         mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, n_mamba_heads=1, use_cache=False,
+                         pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    return ZambaModel(config), (torch.randint(0, 1000, (batch_size, 64)),)
+
+
+def chmv2(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """CHMv2 canopy height on 128×128: a 4-layer DINOv3 ViT (16×16 patches, rotary positions, 4 registers), its
+    four stages reassembled at 4×, 2×, 1× and ½× scale, fused, and a depth-bin head up to the image's size."""
+    from transformers import CHMv2Config, CHMv2ForDepthEstimation, DINOv3ViTConfig
+
+    backbone = DINOv3ViTConfig(image_size=128, patch_size=16, hidden_size=128, intermediate_size=256,
+                               num_hidden_layers=4, num_attention_heads=4, num_register_tokens=4,
+                               out_indices=[1, 2, 3, 4], return_class_token=True)
+    config = CHMv2Config(backbone_config=backbone, patch_size=16, post_process_channels=[32, 64, 128, 128],
+                         reassemble_factors=[4, 2, 1, 0.5], fusion_hidden_size=64, head_hidden_size=32,
+                         number_output_channels=64)
+    return CHMv2ForDepthEstimation(config), (torch.randn(batch_size, 3, 128, 128),)
+
+
+def lasr(batch_size: int = 2) -> tuple[nn.Module, tuple[Any, ...]]:
+    """LASR's 4-layer conformer encoder over 200 frames of 80 mel bins: a strided 1-D convolution subsampler (64
+    channels), rotary self-attention, a depthwise convolution of kernel 32 with batch norm, 128 wide."""
+    from transformers import LasrEncoder, LasrEncoderConfig
+
+    config = LasrEncoderConfig(hidden_size=128, num_hidden_layers=4, num_attention_heads=4, intermediate_size=256,
+                               conv_kernel_size=32, subsampling_conv_channels=64, num_mel_bins=80)
+    return LasrEncoder(config), (torch.randn(batch_size, 200, 80),)
+
+
+THIRTY_FIFTH = ("unispeech_sat", "smollm3", "zamba", "chmv2", "lasr")
