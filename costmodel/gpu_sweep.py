@@ -17,6 +17,7 @@ from collections.abc import Iterable
 
 from pipeplan.costmodel.conv_shapes import conv1d_steps, grouped_conv_flops, grouped_conv_ok
 from pipeplan.costmodel.layerspecs import (
+    DRAWN_AS,
     KINDS,
     LayerSpec,
     resize_elements,
@@ -101,5 +102,11 @@ def _fits(kind: str, p: dict[str, int]) -> bool:
 
 
 def gpu_sweep(per_kind: int = 24, kinds: Iterable[str] = KINDS, seed: int = 0) -> list[LayerSpec]:
-    """``per_kind`` distinct GPU-sized shapes of each layer type, sampled reproducibly."""
+    """``per_kind`` distinct GPU-sized shapes of each layer type, sampled reproducibly. The CPU sweep's
+    ``conv2d_large`` is this sweep's ``conv2d``, whose maps already reach 512 px.
+
+    >>> gpu_sweep(per_kind=3, kinds=["conv2d", "conv2d_large"]) == gpu_sweep(per_kind=3, kinds=["conv2d"])
+    True
+    """
+    kinds = list(dict.fromkeys(DRAWN_AS.get(kind, kind) for kind in kinds))
     return sample_specs(GPU_GRIDS, _fits, per_kind, kinds, seed, tries=100)
