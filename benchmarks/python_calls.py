@@ -1,4 +1,5 @@
-"""Eager forward, the exported graph as captured, and the executor's one-stage module, timed on one pinned core.
+"""Eager forward, the exported graph as captured, and the executor's one-stage module, timed on one pinned core
+(``model_profile.measure``: the lowest of three medians).
 
 The exported graph calls every operator as an ``OpOverload``; the executor's stages call the Python bindings
 eager code calls (:mod:`pipeplan.executor.python_calls`). This prints how much that is worth per model, and
@@ -14,10 +15,7 @@ from __future__ import annotations
 import argparse
 import functools
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,22 +23,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from heldout_sets import held_out_sets
-from model_profile import factory_source
+from model_profile import factory_source, measure
 
 DEFAULT = "rwkv,olmo_hybrid,zamba,smollm3,chmv2,tinygpt"
-
-
-def _median_ms(call: Callable[[], Any], seconds: float) -> float:
-    """The lowest of three medians of back-to-back calls over ``seconds`` each, in ms."""
-    medians = []
-    for _ in range(3):
-        samples, started = [], time.perf_counter()
-        while time.perf_counter() - started < seconds / 3 or len(samples) < 5:
-            begin = time.perf_counter()
-            call()
-            samples.append(time.perf_counter() - begin)
-        medians.append(statistics.median(samples))
-    return 1e3 * min(medians)
 
 
 def _build(name: str) -> tuple[torch.nn.Module, tuple[Any, ...], dict[str, Any]]:
@@ -62,11 +47,10 @@ def main() -> None:
     args = parser.parse_args()
 
     from pipeplan.costmodel.capture import capture_program
+    from pipeplan.costmodel.source import flat_inputs, kwarg_order
     from pipeplan.executor.stages import split_program
 
-    torch.set_num_threads(1)
     torch.set_flush_denormal(True)  # as model_profile.py times: random weights make denormals
-    os.sched_setaffinity(0, {0})
     print(f"core 0, 1 thread, torch {torch.__version__}, load average at start {os.getloadavg()[0]:.2f}")
     print()
     print("| model | operator calls | eager ms | graph ms (overloads) | stage ms (bindings) | stage vs graph | "
@@ -79,15 +63,15 @@ def main() -> None:
             captured = capture_program(model, inputs, kwargs, name=name)
             graph = captured.program.module()
             stage = split_program(captured, [[la.name for la in captured.graph.layers]])[0]
-            flat = [*inputs, *kwargs.values()]  # a one-stage module takes the flat inputs in call order
+            flat = flat_inputs(inputs, kwargs, kwarg_order(kwargs, captured.program.call_spec.in_spec))
             want = [t for t in torch.utils._pytree.tree_leaves(graph(*inputs, **kwargs)) if isinstance(t, torch.Tensor)]
             got = [t for t in stage.module(*flat) if isinstance(t, torch.Tensor)]
             same = len(got) == len(want) and all(torch.equal(g, w) for g, w in zip(got, want, strict=True))
-            eager = _median_ms(functools.partial(model, *inputs, **kwargs), args.seconds)
-            overloads = _median_ms(functools.partial(graph, *inputs, **kwargs), args.seconds)
-            bindings = _median_ms(functools.partial(stage.module, *flat), args.seconds)
-        calls = sum(n.op in ("call_function", "call_method") for n in stage.module.graph.nodes)
-        print(f"| {name} | {calls} | {eager:.2f} | {overloads:.2f} | {bindings:.2f} | "
+            calls = (functools.partial(model, *inputs, **kwargs), functools.partial(graph, *inputs, **kwargs),
+                     functools.partial(stage.module, *flat))
+            eager, overloads, bindings = (1e3 * measure(call, args.seconds) for call in calls)
+        operators = sum(n.op in ("call_function", "call_method") for n in stage.module.graph.nodes)
+        print(f"| {name} | {operators} | {eager:.2f} | {overloads:.2f} | {bindings:.2f} | "
               f"{100 * (bindings / overloads - 1):+.0f}% | {100 * (bindings / eager - 1):+.0f}% | {same} |")
         sys.stdout.flush()
 

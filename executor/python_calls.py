@@ -10,9 +10,10 @@ graph, 8.3 ms with bindings and 8.5 ms eager; SmolLM3 3.6, 3.1 and 3.2 ms (2026-
 :func:`bind_python_calls` points each ``call_function`` node at the binding of the same name, found in the
 namespaces PyTorch generates them in (``torch``'s functions, ``torch.nn.functional``'s C++ half, ``linalg``,
 ``special``, ``fft``, then ``Tensor``'s methods). A binding parses its arguments against the same schemas and
-picks the overload they fit: the one the graph named, since its arguments were recorded for it. Operators that
-write to an argument (``copy_``, ``div_``, ``out=`` forms) keep their overload, and so does any whose binding
-FX could not name in the code it generates.
+picks the overload they fit. Each call is tried first on the fake tensors export recorded for it, and keeps
+its overload unless the binding returns the same shapes and dtypes (``aten.to.dtype_layout`` has no binding
+that takes its ``layout``). Operators that write to an argument (``copy_``, ``div_``, ``out=`` forms) keep
+their overload, and so does any whose binding FX could not name in the code it generates.
 """
 
 from __future__ import annotations
@@ -94,28 +95,57 @@ def _optional_by_name(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return tuple(args[:first_optional]), {**named, **kwargs}
 
 
-def bind_python_calls(module: fx.GraphModule) -> int:
-    """Point ``module``'s operator calls at their Python bindings and regenerate its code; the calls changed.
+def _same_result(binding: tuple[str, Callable[..., Any] | str], node: fx.Node, args: tuple[Any, ...],
+                 kwargs: dict[str, Any]) -> bool:
+    """Whether the binding, called on the values export recorded for the node's inputs (fake tensors, no data),
+    returns values of the shapes and dtypes the node's overload returned. Not every overload has a binding
+    that takes its arguments (``aten.to.dtype_layout``'s ``layout``): those keep their overload."""
+    fake = fx.node.map_arg((args, kwargs), lambda n: n.meta.get("val", _MISSING))
+    if _MISSING in torch.utils._pytree.tree_leaves(fake) or "val" not in node.meta:
+        return False
+    kind, target = binding
+    try:
+        if kind == "call_method":
+            out = getattr(fake[0][0], str(target))(*fake[0][1:], **fake[1])
+        else:
+            out = target(*fake[0], **fake[1])  # type: ignore[operator]
+    except Exception:  # a binding that refuses these arguments: the overload stays
+        return False
+    got, want = torch.utils._pytree.tree_leaves(out), torch.utils._pytree.tree_leaves(node.meta["val"])
+    return len(got) == len(want) and all(
+        isinstance(g, torch.Tensor) == isinstance(w, torch.Tensor)
+        and (not isinstance(g, torch.Tensor) or (g.shape == w.shape and g.dtype == w.dtype))
+        for g, w in zip(got, want, strict=True))
+
+
+_MISSING = object()
+
+
+def bind_python_calls(graph: fx.Graph) -> int:
+    """Point ``graph``'s operator calls at their Python bindings; the calls changed. Call it before a
+    ``GraphModule`` is made of the graph (or ``recompile()`` the module after): the module's code is generated
+    from the graph when it is made.
 
     >>> from pipeplan.costmodel.capture import capture_program
     >>> program = capture_program(torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.ReLU()),
     ...                           (torch.randn(2, 4),)).program
     >>> module = program.module()
-    >>> bind_python_calls(module), [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
+    >>> bind_python_calls(module.graph), [str(n.target) for n in module.graph.nodes if n.op == "call_function"]
     (2, ['<built-in function linear>', '<built-in method relu of type object at ...>'])
     """
     changed = 0
     cache: dict[object, tuple[str, Callable[..., Any] | str] | None] = {}
-    for node in module.graph.nodes:
+    for node in graph.nodes:
         if node.op != "call_function":
             continue
         if node.target not in cache:
             cache[node.target] = python_binding(node.target)
         binding = cache[node.target]
-        if binding is not None:
-            node.args, node.kwargs = _optional_by_name(node.target._schema, node.args, node.kwargs)
+        if binding is None:
+            continue
+        args, kwargs = _optional_by_name(node.target._schema, node.args, dict(node.kwargs))
+        if _same_result(binding, node, args, kwargs):
+            node.args, node.kwargs = args, kwargs
             node.op, node.target = binding
             changed += 1
-    if changed:
-        module.recompile()
     return changed

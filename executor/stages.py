@@ -219,9 +219,9 @@ def split_program(captured: CapturedProgram, stage_layers: Sequence[Sequence[str
         if missing:  # a bug in the live sets, not a user error: fail loudly
             raise AssertionError(f"stage {k} cannot return {missing}")
         graph.output(tuple(env[n] for n in outputs))
+        bind_python_calls(graph)  # eager's call path: 0.8 µs an operator less than the graph's overloads
         graph.lint()
         module = fx.GraphModule(root, graph, class_name=f"Stage{k}")
-        bind_python_calls(module)  # eager's call path: 0.8 µs an operator less than the graph's overloads
         input_names = [n.name for n in inputs]
         stages.append(StageProgram(
             index=k, module=module, inputs=input_names, outputs=[n.name for n in outputs],

@@ -71,3 +71,16 @@ def test_optional_arguments_reach_a_binding_by_name() -> None:
     with torch.no_grad():
         got = stage.module(x)[0]
     assert torch.equal(got, (x.transpose(1, 2).double() * 3).float()) and got.dtype == torch.float32
+
+
+def test_a_call_no_binding_takes_keeps_its_overload() -> None:
+    """Qwen2.5-Omni's BigVGAN (a tuning family) calls ``aten.to.dtype_layout``, whose ``layout`` argument no
+    Python binding takes: tried on its fake tensors first, it keeps its overload and the stage still runs."""
+    from pipeplan.costmodel.tuning_set import ENTRIES
+
+    (entry,) = [e for e in ENTRIES if e.name == "bigvgan-b1-f64-w128"]
+    _, args, captured = entry.built()
+    (stage,) = split_program(captured, [[la.name for la in captured.graph.layers]])
+    assert "aten.to.dtype_layout" in _overloads(stage.module)
+    with torch.no_grad():
+        assert torch.equal(stage.module(*args)[0], captured.program.module()(*args))
