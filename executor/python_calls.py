@@ -3,8 +3,8 @@
 An exported graph calls every operator as an ``OpOverload`` (``torch.ops.aten.add.Tensor(x, y)``), whose
 call goes through a Python frame and the dispatcher's generic argument parsing. Eager code calls the
 generated binding (``torch.add``), which parses its arguments in C++. On the Zen 5 EPYC a chain of 2,000 small
-operators cost 1.43 µs an operator eager and 2.2 µs as an exported graph; RWKV (5,724 calls) ran 13.2 ms as its
-graph, 8.3 ms with bindings and 8.5 ms eager; SmolLM3 3.6, 3.1 and 3.2 ms (2026-11-30,
+operators cost 1.43 µs an operator eager and 2.2 µs as an exported graph; RWKV (5,724 calls) ran 12.5 ms as its
+graph, 7.9 ms with bindings and 9.9 ms eager; SmolLM3 3.3, 2.8 and 3.2 ms (2026-11-30,
 ``benchmarks/python_calls.py``).
 
 :func:`bind_python_calls` points each ``call_function`` node at the binding of the same name, found in the
