@@ -18,6 +18,7 @@ their overload, and so does any whose binding FX could not name in the code it g
 
 from __future__ import annotations
 
+import functools
 import importlib
 import types
 from collections.abc import Callable
@@ -50,6 +51,7 @@ def _nameable(function: Callable[..., Any]) -> bool:
     return False
 
 
+@functools.cache  # per operator, for the process: stages and per-layer modules share their operators
 def python_binding(op: object) -> tuple[str, Callable[..., Any] | str] | None:
     """How eager code calls an ``aten`` overload that writes to none of its arguments: ``("call_function", f)``
     for a generated function, ``("call_method", name)`` for a ``Tensor`` method (FX calls it on its first
@@ -95,6 +97,9 @@ def _optional_by_name(schema: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
     return tuple(args[:first_optional]), {**named, **kwargs}
 
 
+_MISSING = object()  # an input export recorded no value for
+
+
 def _same_result(binding: tuple[str, Callable[..., Any] | str], node: fx.Node, args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> bool:
     """Whether the binding, called on the values export recorded for the node's inputs (fake tensors, no data),
@@ -118,9 +123,6 @@ def _same_result(binding: tuple[str, Callable[..., Any] | str], node: fx.Node, a
         for g, w in zip(got, want, strict=True))
 
 
-_MISSING = object()
-
-
 def bind_python_calls(graph: fx.Graph) -> int:
     """Point ``graph``'s operator calls at their Python bindings; the calls changed. Call it before a
     ``GraphModule`` is made of the graph (or ``recompile()`` the module after): the module's code is generated
@@ -134,13 +136,8 @@ def bind_python_calls(graph: fx.Graph) -> int:
     (2, ['<built-in function linear>', '<built-in method relu of type object at ...>'])
     """
     changed = 0
-    cache: dict[object, tuple[str, Callable[..., Any] | str] | None] = {}
     for node in graph.nodes:
-        if node.op != "call_function":
-            continue
-        if node.target not in cache:
-            cache[node.target] = python_binding(node.target)
-        binding = cache[node.target]
+        binding = python_binding(node.target) if node.op == "call_function" else None
         if binding is None:
             continue
         args, kwargs = _optional_by_name(node.target._schema, node.args, dict(node.kwargs))
