@@ -15,8 +15,8 @@ This VM's speed can move by a third within one run; the models' own profiles (th
 quieter one): the predictions depend on the model and the core's measured figures, not on the spell.
 
 The sets are read from the tuples of ``model_profile.py`` (``MODELS``, the first set), ``heldout_models.py``,
-``heldout_models_more.py``, ``heldout_models_21st.py``, ``heldout_models_24th.py``, ``heldout_models_28th.py`` and
-``heldout_models_31st.py``, without importing them (no torch needed).
+``heldout_models_more.py``, ``heldout_models_21st.py``, ``heldout_models_24th.py``, ``heldout_models_28th.py``,
+``heldout_models_31st.py`` and ``heldout_models_36th.py``, without importing them (no torch needed).
 """
 
 from __future__ import annotations
@@ -29,7 +29,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 # Every tuple of NAMES in these files is a held-out set, in file order; a new set's file goes last here.
 _FILES = ("model_profile.py", "heldout_models.py", "heldout_models_more.py", "heldout_models_21st.py",
-          "heldout_models_24th.py", "heldout_models_28th.py", "heldout_models_31st.py")
+          "heldout_models_24th.py", "heldout_models_28th.py", "heldout_models_31st.py",
+          "heldout_models_36th.py")
 # Written before the sets were scored apart, the first fifteen are scored as one (model_profile.py's MODELS and
 # every set of heldout_models.py are among them).
 _SCORED_TOGETHER = ("FOURTEENTH", "FIFTEENTH")
