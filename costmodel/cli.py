@@ -172,9 +172,16 @@ def cmd_train(args: argparse.Namespace) -> None:
     console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
                   f"configurations ({first}a few minutes for the shipped profiles)")
     with console.status("fitting …") as status:
-        model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval,
-                                       progress=lambda phase: status.update(phase + " …"),
-                                       in_model_rows=in_model_rows)
+        if args.sweep_from:
+            if not in_model_rows:
+                raise UsageError("--sweep-from keeps a model's sweep and fits its in-model correction: give --in-model")
+            model = LearnedCostModel.load(args.sweep_from)
+            model.refit_in_model(rows, in_model_rows, evaluate=not args.no_eval,
+                                 progress=lambda phase: status.update(phase + " …"))
+        else:
+            model = LearnedCostModel.train(rows, seed=args.seed, evaluate=not args.no_eval,
+                                           progress=lambda phase: status.update(phase + " …"),
+                                           in_model_rows=in_model_rows)
     model.save(args.out)
     evaluation = model.meta.get("evaluation")
     if evaluation:
@@ -309,6 +316,9 @@ def register(sub: Any) -> None:
     t.add_argument("--in-model", metavar="IN_MODEL.csv",
                    help="layers timed inside real forward passes (python -m pipeplan.costmodel.tuning_set): adds the "
                    "correction for a layer in a pass, which graph predictions then use")
+    t.add_argument("--sweep-from", metavar="MODEL.zip",
+                   help="keep MODEL.zip's sweep estimators, fitted on this DATA, and fit only the in-model correction "
+                   "(seconds, not the sweep's minutes)")
     t.set_defaults(func=cmd_train)
     r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",
                       description="Print MODEL's held-out errors (overall, per contention level, per layer "

@@ -63,6 +63,7 @@ from pipeplan.costmodel.evaluation import coverage, evaluate_split, judgement
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import NAME_ONLY_DESIGNS, Contention, Device, cpu_model, same_cpu
 from pipeplan.costmodel.in_model import InModelCorrection, family_cross_validation
+from pipeplan.costmodel.kernel_range import kernel_range, within_range
 from pipeplan.costmodel.smooth import gps_from_npz, gps_to_npz
 from pipeplan.errors import UserError
 
@@ -131,6 +132,7 @@ class LearnedCostModel(CostModel):
                 meta["evaluation"]["cannot_judge"] = too_small
                 log.warning("held-out evaluation: %s", too_small)
         meta["coverage"] = coverage(rows, test_rows)
+        meta.update(kernel_range(rows))  # set before the in-model fit, which reads predictions through it
         say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()
@@ -156,6 +158,19 @@ class LearnedCostModel(CostModel):
         self.in_model = InModelCorrection.fit(rows, sweep_log, seed, self.fitted.numeric)
         self.meta["in_model"] = summary
 
+    def refit_in_model(self, rows: Sequence[dict[str, Any]], in_model_rows: Sequence[dict[str, Any]],
+                       evaluate: bool = True, progress: Callable[[str], None] | None = None) -> None:
+        """Keep the sweep estimators, fitted on the sweep ``rows``, and fit the in-model correction again on
+        ``in_model_rows``: seconds, where the sweep's fit takes minutes. What the sweep ``rows`` say of
+        operator counts (:func:`~pipeplan.costmodel.kernel_range.kernel_range`) is read again too, so a file
+        from before it gains it."""
+        configs = len({r["config"] for r in rows})
+        if (self.meta.get("rows"), self.meta.get("configs")) != (len(rows), configs):
+            raise ModelFileError(f"the sweep was fitted on {self.meta.get('rows')} rows of {self.meta.get('configs')} "
+                             f"configurations, not these {len(rows)} of {configs}: train it on them")
+        self.meta.update(kernel_range(rows))
+        self.fit_in_model(in_model_rows, seed=int(self.meta.get("seed", 0)), evaluate=evaluate, progress=progress)
+
     def importances(self) -> dict[str, float]:
         """The explaining tree's feature importances, summed per factor (one-hot columns together)."""
         names = feature_names(self.vocabulary, self.fitted.numeric)
@@ -171,6 +186,22 @@ class LearnedCostModel(CostModel):
         if estimator not in self.fitted.estimators:
             raise ValueError(f"no estimator {estimator!r}: choose from {', '.join(self.fitted.estimators)}")
         rows = known_ops(rows, self.vocabulary)
+        most, dispatch = self.meta.get("sweep_kernels"), self.meta.get("dispatch_s")
+        if most is None or dispatch is None:  # a file from before kernel_range: every count through the trees
+            return self._predict(rows, estimator)
+        rows, beyond = within_range(rows, most)
+        times = self._predict(rows, estimator)
+        if not beyond.any():
+            return times
+        # the further operators slow down under load as the rest of their layer does
+        loaded = [i for i, r in enumerate(rows) if beyond[i] and float(r["corunners"]) > 0]
+        slowdown = np.ones(len(rows))
+        if loaded:
+            idle = self._predict([{**rows[i], **contention_features(Contention())} for i in loaded], estimator)
+            slowdown[loaded] = np.maximum(1.0, times[loaded] / idle)
+        return times + beyond * dispatch * slowdown
+
+    def _predict(self, rows: Sequence[dict[str, Any]], estimator: str) -> np.ndarray:
         x = encode(rows, self.vocabulary, self.fitted.numeric)
         return np.power(10.0, predict_log_time(self.fitted, estimator, x, operators(rows)))
 
