@@ -32,7 +32,8 @@ that is called more than once.
 
 Before grouping, :mod:`~pipeplan.costmodel.capture.noops` removes the casts to a dtype a tensor
 already has, which eager PyTorch skips and export keeps (with a metadata check each): the executor's
-stages run this graph, and a cast in a loop would cost a dispatch per step.
+stages run this graph, and a cast in a loop would cost a dispatch per step. Where the model's code asks whether
+it is exported, it is exported as eager runs it (:mod:`~pipeplan.costmodel.capture.eager_branches`).
 
 The rules above are :mod:`~pipeplan.costmodel.capture.grouping`'s; the graph is built from their
 groups by :mod:`~pipeplan.costmodel.capture.assemble`.
@@ -51,6 +52,7 @@ from torch import nn
 from torch.export.graph_signature import InputKind
 
 from pipeplan.costmodel.capture.assemble import CapturedProgram, assemble_graph
+from pipeplan.costmodel.capture.eager_branches import eager_branches
 from pipeplan.costmodel.capture.features import OpStats, op_stats, tensor_bytes
 from pipeplan.costmodel.capture.grouping import group_operators
 from pipeplan.costmodel.capture.noops import drop_noop_conversions
@@ -79,6 +81,15 @@ def parse_granularity(text: str) -> tuple[str, int | None]:
 
 
 def _export(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.export.ExportedProgram:
+    with eager_branches(model) as changed:  # the graph eager runs where the model's code asks if it is exported
+        if changed:
+            try:
+                with torch.no_grad():
+                    return torch.export.export(model, args, kwargs=kwargs, strict=False)
+            except Exception as exc:  # its eager branch does not export: take the one its authors wrote for export
+                log.info("exporting %s with eager's branches failed (%s); exporting those %s choose under export",
+                         type(model).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
+                         ", ".join(changed))
     try:
         with torch.no_grad():
             return torch.export.export(model, args, kwargs=kwargs, strict=False)
