@@ -167,7 +167,7 @@ class LearnedCostModel(CostModel):
         configs = len({r["config"] for r in rows})
         if (self.meta.get("rows"), self.meta.get("configs")) != (len(rows), configs):
             raise ModelFileError(f"the sweep was fitted on {self.meta.get('rows')} rows of {self.meta.get('configs')} "
-                             f"configurations, not these {len(rows)} of {configs}: train it on them")
+                                 f"configurations, not these {len(rows)} of {configs}: train it on them")
         self.meta.update(kernel_range(rows))
         self.fit_in_model(in_model_rows, seed=int(self.meta.get("seed", 0)), evaluate=evaluate, progress=progress)
 
@@ -193,8 +193,8 @@ class LearnedCostModel(CostModel):
         times = self._predict(rows, estimator)
         if not beyond.any():
             return times
-        # the further operators slow down under load as the rest of their layer does
-        loaded = [i for i, r in enumerate(rows) if beyond[i] and float(r["corunners"]) > 0]
+        # the further operators slow down under load (co-runners or a measured "30% used") as the rest of their layer
+        loaded = [i for i, r in enumerate(rows) if beyond[i] and r["contention_kind"] != "none"]
         slowdown = np.ones(len(rows))
         if loaded:
             idle = self._predict([{**rows[i], **contention_features(Contention())} for i in loaded], estimator)

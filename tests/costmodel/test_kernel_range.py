@@ -72,9 +72,9 @@ def test_each_operator_past_the_sweeps_count_costs_the_dispatch_floor(model, sca
     assert older.predict_rows([{**scan_row, "kernels": most}])[0] == at_most
 
 
-def test_the_further_operators_slow_down_under_load_as_their_layer_does(model, scan_row) -> None:
-    load = Contention.parse("2xcompute")
-    loaded = {**scan_row, **contention_features(load)}
+@pytest.mark.parametrize("load", ["2xcompute", "30% used"])  # co-runners, or a measured utilization
+def test_the_further_operators_slow_down_under_load_as_their_layer_does(model, scan_row, load) -> None:
+    loaded = {**scan_row, **contention_features(Contention.parse(load))}
     most, dispatch = model.meta["sweep_kernels"], model.meta["dispatch_s"]
     beyond = scan_row["kernels"] - most
     base_idle, base_loaded = model.predict_rows([{**scan_row, "kernels": most}, {**loaded, "kernels": most}])
