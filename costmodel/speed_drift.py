@@ -27,7 +27,8 @@ from dataclasses import dataclass
 
 from pipeplan.errors import UserError  # nothing heavier: the CLI reads DRIFT_TOLERANCE while building its parser
 
-__all__ = ["DRIFT_TOLERANCE", "SpeedCheck", "SpeedDrift", "SpeedWatch", "drift_verdict", "drifted_levels"]
+__all__ = ["DRIFT_TOLERANCE", "MODEL_REMEDY", "SWEEP_REMEDY", "SpeedCheck", "SpeedDrift", "SpeedWatch", "drift_verdict",
+           "drifted_levels"]
 
 log = logging.getLogger(__name__)
 
@@ -99,12 +100,16 @@ def drifted_levels(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERA
     return [check.level for i, check in enumerate(checks) if off[i] or off[i + 1]]
 
 
-def drift_verdict(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERANCE) -> str:
-    """What to do about the levels whose speed moved, or that none did."""
+# What to do about a sweep's drifted levels; a model profile is written whole, so it is taken again instead.
+SWEEP_REMEDY = "Time these layers again with --replace"
+MODEL_REMEDY = "Profile the model again"
+
+
+def drift_verdict(checks: Sequence[SpeedCheck], tolerance: float = DRIFT_TOLERANCE, remedy: str = SWEEP_REMEDY) -> str:
+    """What to do about the levels whose speed moved (``remedy``, then when and why), or that none did."""
     drifted = drifted_levels(checks, tolerance)
     if drifted:
         return (f"warning: the device's idle speed was more than {tolerance:.0%} off the run's median around level(s) "
-                f"{', '.join(drifted)}: their rows were taken at another speed than the others'. Time these "
-                "layers again with --replace once `python -m pipeplan.costmodel.steadiness` says the core is "
-                "steady, before training on them")
+                f"{', '.join(drifted)}: their rows were taken at another speed than the others'. {remedy} once "
+                "`python -m pipeplan.costmodel.steadiness` says the core is steady, before using them")
     return f"the device's idle speed held within {tolerance:.0%} of the run's median through every level"

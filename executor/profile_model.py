@@ -43,8 +43,9 @@ from pipeplan.costmodel.capture import CapturedProgram, capture_program
 from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
-from pipeplan.costmodel.profile import pinned
+from pipeplan.costmodel.profile import ProfileSettings, SpeedProbe, pinned
 from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
+from pipeplan.costmodel.speed_drift import SpeedCheck, SpeedWatch
 from pipeplan.executor.stages import StageProgram, split_program
 
 __all__ = ["LayerChain", "ModelProfileSettings", "layer_chain", "profile_built", "profile_source"]
@@ -66,6 +67,9 @@ class ModelProfileSettings:
     seconds_per_level: float = 2.0  # timed passes continue until this much time has passed
     warmup: int = 3  # untimed passes first: allocator, caches and branch predictors settle
     device_type: str = "cpu-core"
+    # With a tolerance, the device's idle speed is measured before the first level and after each, as the sweep
+    # does (pipeplan.costmodel.speed_drift): a slow spell between levels reads as a level's contention otherwise.
+    drift_tolerance: float | None = None
 
     def __post_init__(self) -> None:
         if not self.levels:
@@ -73,6 +77,8 @@ class ModelProfileSettings:
         if self.threads < 1 or self.min_passes < 1 or self.warmup < 0 or not self.seconds_per_level > 0:
             raise ValueError(f"threads ({self.threads}) and passes ({self.min_passes}) must be ≥ 1, warmup "
                              f"({self.warmup}) ≥ 0 and seconds per level ({self.seconds_per_level}) > 0")
+        if self.drift_tolerance is not None and not 0 < self.drift_tolerance < 1:
+            raise ValueError(f"drift tolerance must be a fraction between 0 and 1, got {self.drift_tolerance}")
 
 
 @dataclass
@@ -183,11 +189,14 @@ def quiet_median(samples: Sequence[float], blocks: int = BLOCKS) -> float:
 def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, Any] | None = None, *,
                   name: str | None = None, granularity: str = "leaf",
                   settings: ModelProfileSettings | None = None, source: Mapping[str, Any] | None = None,
-                  progress: Progress | None = None, captured: CapturedProgram | None = None) -> ModelProfile:
+                  progress: Progress | None = None, captured: CapturedProgram | None = None,
+                  checked: Callable[[SpeedCheck], None] | None = None) -> ModelProfile:
     """Profile ``model`` called on ``args``/``kwargs`` under every level of ``settings``.
 
     ``captured``: the caller's capture of this very model and inputs at ``granularity``, used instead
-    of exporting it again (a caller that needs the graph's layers as well captures once).
+    of exporting it again (a caller that needs the graph's layers as well captures once). With
+    ``settings.drift_tolerance``, each speed check after a level goes to ``checked`` (without it, one that
+    moved is logged as a warning).
 
     >>> table = profile_built(nn.Sequential(nn.Linear(8, 8), nn.ReLU()), (torch.randn(2, 8),),
     ...                       settings=ModelProfileSettings(min_passes=3, seconds_per_level=0.01))
@@ -204,6 +213,10 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     levels: list[LevelTimes] = []
     with pinned(settings.cores, settings.threads):
         _check_outputs(chain)
+    watch = None
+    if settings.drift_tolerance is not None:
+        probe = SpeedProbe(ProfileSettings(levels=[Contention()], cores=settings.cores, threads=settings.threads))
+        watch = SpeedWatch(probe.measure, settings.drift_tolerance, checked=checked, written_to="this profile")
     for load in settings.levels:
         if progress:
             progress(f"{captured.graph.model}: {len(chain.layers)} layers, {load.describe()}")
@@ -215,6 +228,8 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
                  100 * (level.sum_s / whole - 1), level.forward_s * 1e3,
                  100 * (level.sum_s / level.forward_s - 1), level.passes)
         levels.append(level)
+        if watch is not None:
+            watch.after(load.describe())
     dtype = next((str(p.dtype).removeprefix("torch.") for p in model.parameters()), "float32")
     return ModelProfile(
         model=captured.graph.model, granularity=granularity, batch_size=captured.graph.batch_size,
@@ -226,8 +241,9 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
 
 
 def profile_source(source: Mapping[str, Any], *, granularity: str = "leaf",
-                   settings: ModelProfileSettings | None = None, progress: Progress | None = None) -> ModelProfile:
+                   settings: ModelProfileSettings | None = None, progress: Progress | None = None,
+                   checked: Callable[[SpeedCheck], None] | None = None) -> ModelProfile:
     """Build the model ``source`` describes (:func:`pipeplan.costmodel.source.source_spec`) and profile it."""
     built = build_source(source)
     return profile_built(built.model, built.args, built.kwargs, name=built.name, granularity=granularity,
-                         settings=settings, source=source, progress=progress)
+                         settings=settings, source=source, progress=progress, checked=checked)

@@ -70,11 +70,15 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
 
     from pipeplan.costmodel.hardware import Contention, cpu_model
     from pipeplan.costmodel.model_profile import default_path
+    from pipeplan.costmodel.speed_drift import MODEL_REMEDY, SpeedCheck, drift_verdict
     from pipeplan.costmodel.steadiness import warn_if_unsteady
     from pipeplan.executor.profile_model import ModelProfileSettings, profile_source
 
     if args.gpu is not None:
         raise UsageError("profiling a MODEL runs on CPU cores only: drop --gpu (the layer sweep takes it)")
+    if args.stop_on_drift:
+        raise UsageError("--stop-on-drift keeps a sweep's rows so far; a MODEL profile is written whole, and its "
+                         "speed checks only warn: drop --stop-on-drift")
     if args.append or args.replace:
         flag = "--append" if args.append else "--replace"
         raise UsageError(f"{flag} changes rows of a sweep dataset; a MODEL profile is written whole: drop {flag}")
@@ -83,12 +87,21 @@ def cmd_profile_model(args: argparse.Namespace) -> None:
     with user_input("profile options"):
         settings = ModelProfileSettings(levels=[Contention.parse(x) for x in args.levels.split(",")],
                                         cores=args.cores, threads=args.threads, min_passes=args.repeats,
-                                        seconds_per_level=args.seconds_per_level, device_type=args.device_type)
+                                        seconds_per_level=args.seconds_per_level, device_type=args.device_type,
+                                        drift_tolerance=args.drift_tolerance or None)
     warn_if_unsteady(settings.cores[0], console.print)
     console.print(f"profiling {args.model} ({granularity}) on cores {list(settings.cores)}, {settings.threads} "
                   f"thread(s), {len(settings.levels)} level(s) × {settings.seconds_per_level:g} s …")
+    checks: list[SpeedCheck] = []
+
+    def checked(check: SpeedCheck) -> None:
+        checks.append(check)
+        console.print(f"  {check.describe()}")
+
     table = profile_source(source, granularity=granularity, settings=settings,
-                           progress=lambda what: console.print(f"  {what}"))
+                           progress=lambda what: console.print(f"  {what}"), checked=checked)
+    if checks and settings.drift_tolerance is not None:
+        console.print(drift_verdict(checks, settings.drift_tolerance, MODEL_REMEDY))
     out = Path(args.out) if args.out else default_path(table.model, cpu_model())
     table.save(out)
     for level in table.levels:

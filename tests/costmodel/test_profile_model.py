@@ -157,12 +157,21 @@ def test_a_plan_made_with_the_profile_uses_its_times(mlp_table: ModelProfile, tm
 
 
 def test_cli_profiles_a_model_and_the_sweep_still_needs_out(tmp_path: Path) -> None:
-    result = run("profile", "mlp", "--batch", "2", "--levels", "idle", "--seconds-per-level", "0.02",
+    result = run("profile", "mlp", "--batch", "2", "--levels", "idle,1xmemory", "--seconds-per-level", "0.02",
                  "--repeats", "2", "--out", str(tmp_path / "p.json"))
     assert result.returncode == 0, result.stderr
     table = ModelProfile.load(tmp_path / "p.json")
-    assert table.model == "mlp" and [lv.load for lv in table.levels] == [Contention()]
+    assert table.model == "mlp" and [lv.load.describe() for lv in table.levels] == ["idle", "1×memory"]
     assert "plan with --costmodel profile:" in result.stderr
+    # the device's idle speed after each level, as the sweep checks it, and what to do if it moved
+    assert "after idle: " in result.stderr and "after 1×memory: " in result.stderr
+    assert ("held within 15% of the run's median" in result.stderr
+            or ("off the run's median around level(s)" in result.stderr and "Profile the model again" in result.stderr))
+    quiet = run("profile", "mlp", "--batch", "2", "--levels", "idle", "--seconds-per-level", "0.02", "--repeats", "2",
+                "--drift-tolerance", "0", "--out", str(tmp_path / "q.json"))
+    assert quiet.returncode == 0 and "after idle" not in quiet.stderr
+    stop = run("profile", "mlp", "--stop-on-drift", "--out", str(tmp_path / "s.json"))
+    assert stop.returncode == 2 and "drop --stop-on-drift" in stop.stderr and not (tmp_path / "s.json").exists()
     result = run("profile")
     assert result.returncode == 2 and "give --out DATA.csv for the layer sweep, or a MODEL" in result.stderr
 
