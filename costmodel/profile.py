@@ -48,7 +48,7 @@ from pipeplan.costmodel.dataset_files import check_appendable, write_rows
 from pipeplan.costmodel.graph import Layer
 from pipeplan.costmodel.hardware import Contention, Device, cpu_model
 from pipeplan.costmodel.layerspecs import LayerSpec, model_layers
-from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, SpeedWatch
+from pipeplan.costmodel.speed_drift import DRIFT_TOLERANCE, SpeedCheck, SpeedWatch, check_tolerance
 from pipeplan.costmodel.timing import measure_call, time_call, timing_columns, warm_gpu
 
 __all__ = ["DEFAULT_LEVELS", "DTYPES", "ProfileSettings", "SpeedProbe", "Target", "cast", "check_dtype",
@@ -90,8 +90,7 @@ class ProfileSettings:
             raise ValueError("give at least one contention level")
         if self.budget is not None and self.budget <= 0:
             raise ValueError(f"budget must be positive seconds, got {self.budget}")
-        if self.drift_tolerance is not None and not 0 < self.drift_tolerance < 1:
-            raise ValueError(f"drift tolerance must be a fraction between 0 and 1, got {self.drift_tolerance}")
+        check_tolerance(self.drift_tolerance)
 
 
 @dataclass

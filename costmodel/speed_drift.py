@@ -27,13 +27,25 @@ from dataclasses import dataclass
 
 from pipeplan.errors import UserError  # nothing heavier: the CLI reads DRIFT_TOLERANCE while building its parser
 
-__all__ = ["DRIFT_TOLERANCE", "MODEL_REMEDY", "SWEEP_REMEDY", "SpeedCheck", "SpeedDrift", "SpeedWatch", "drift_verdict",
-           "drifted_levels"]
+__all__ = ["DRIFT_TOLERANCE", "MODEL_REMEDY", "SWEEP_REMEDY", "SpeedCheck", "SpeedDrift", "SpeedWatch",
+           "check_tolerance", "drift_verdict", "drifted_levels"]
 
 log = logging.getLogger(__name__)
 
 # Well above the probe's repeatability on kept buffers (±1%), well below the spells seen (1.3–1.5×).
 DRIFT_TOLERANCE = 0.15
+
+
+def check_tolerance(tolerance: float | None) -> None:
+    """Refuse a drift tolerance that is not a fraction (None: no checks).
+
+    >>> check_tolerance(1.5)
+    Traceback (most recent call last):
+    ...
+    ValueError: drift tolerance must be a fraction between 0 and 1, got 1.5
+    """
+    if tolerance is not None and not 0 < tolerance < 1:
+        raise ValueError(f"drift tolerance must be a fraction between 0 and 1, got {tolerance}")
 
 
 class SpeedDrift(UserError):

@@ -45,7 +45,7 @@ from pipeplan.costmodel.hardware import Contention, cpu_model
 from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledLayer
 from pipeplan.costmodel.profile import ProfileSettings, SpeedProbe, pinned
 from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
-from pipeplan.costmodel.speed_drift import SpeedCheck, SpeedWatch
+from pipeplan.costmodel.speed_drift import SpeedCheck, SpeedWatch, check_tolerance
 from pipeplan.executor.stages import StageProgram, split_program
 
 __all__ = ["LayerChain", "ModelProfileSettings", "layer_chain", "profile_built", "profile_source"]
@@ -77,8 +77,7 @@ class ModelProfileSettings:
         if self.threads < 1 or self.min_passes < 1 or self.warmup < 0 or not self.seconds_per_level > 0:
             raise ValueError(f"threads ({self.threads}) and passes ({self.min_passes}) must be ≥ 1, warmup "
                              f"({self.warmup}) ≥ 0 and seconds per level ({self.seconds_per_level}) > 0")
-        if self.drift_tolerance is not None and not 0 < self.drift_tolerance < 1:
-            raise ValueError(f"drift tolerance must be a fraction between 0 and 1, got {self.drift_tolerance}")
+        check_tolerance(self.drift_tolerance)
 
 
 @dataclass
@@ -216,7 +215,7 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
     watch = None
     if settings.drift_tolerance is not None:
         probe = SpeedProbe(ProfileSettings(levels=[Contention()], cores=settings.cores, threads=settings.threads))
-        watch = SpeedWatch(probe.measure, settings.drift_tolerance, checked=checked, written_to="this profile")
+        watch = SpeedWatch(probe.measure, settings.drift_tolerance, checked=checked)
     for load in settings.levels:
         if progress:
             progress(f"{captured.graph.model}: {len(chain.layers)} layers, {load.describe()}")
