@@ -164,18 +164,25 @@ def cmd_train(args: argparse.Namespace) -> None:
     from pipeplan.costmodel.learned import LearnedCostModel
 
     console = Console()
+    kept = None
+    if args.sweep_from:  # before reading the datasets: the file and the option are checked at once
+        if not args.in_model:
+            raise UsageError("--sweep-from keeps a model's sweep and fits its in-model correction: give --in-model")
+        kept = LearnedCostModel.load(args.sweep_from)
     with user_input(""):  # its messages name the file and the line
         rows = read_dataset(args.data)
         in_model_rows = read_dataset(args.in_model) if args.in_model else []
         single_dtype(rows)  # the learned model has no dtype feature: one dtype per model
-    first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
-    console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
-                  f"configurations ({first}a few minutes for the shipped profiles)")
+    if kept is not None:
+        console.print(f"keeping {args.sweep_from}'s sweep, fitted on these {len(rows)} measurements; fitting its "
+                      f"in-model correction on {len(in_model_rows)} in-model rows (seconds)")
+    else:
+        first = "" if args.no_eval else "holding out a quarter of the shapes to evaluate first; "
+        console.print(f"training on {len(rows)} measurements of {len({r['config'] for r in rows})} layer "
+                      f"configurations ({first}a few minutes for the shipped profiles)")
     with console.status("fitting …") as status:
-        if args.sweep_from:
-            if not in_model_rows:
-                raise UsageError("--sweep-from keeps a model's sweep and fits its in-model correction: give --in-model")
-            model = LearnedCostModel.load(args.sweep_from)
+        if kept is not None:
+            model = kept
             model.refit_in_model(rows, in_model_rows, evaluate=not args.no_eval,
                                  progress=lambda phase: status.update(phase + " …"))
         else:
@@ -317,8 +324,8 @@ def register(sub: Any) -> None:
                    help="layers timed inside real forward passes (python -m pipeplan.costmodel.tuning_set): adds the "
                    "correction for a layer in a pass, which graph predictions then use")
     t.add_argument("--sweep-from", metavar="MODEL.zip",
-                   help="keep MODEL.zip's sweep estimators, fitted on this DATA, and fit only the in-model correction "
-                   "(seconds, not the sweep's minutes)")
+                   help="keep MODEL.zip's sweep estimators (and seed), fitted on this DATA, and fit only the in-model "
+                   "correction (seconds, not the sweep's minutes)")
     t.set_defaults(func=cmd_train)
     r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",
                       description="Print MODEL's held-out errors (overall, per contention level, per layer "

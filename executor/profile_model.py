@@ -214,7 +214,7 @@ def profile_built(model: nn.Module, args: tuple[Any, ...], kwargs: Mapping[str, 
         _check_outputs(chain)
     watch = None
     if settings.drift_tolerance is not None:
-        probe = SpeedProbe(ProfileSettings(levels=[Contention()], cores=settings.cores, threads=settings.threads))
+        probe = SpeedProbe(ProfileSettings(cores=settings.cores, threads=settings.threads))
         watch = SpeedWatch(probe.measure, settings.drift_tolerance, checked=checked)
     for load in settings.levels:
         if progress:

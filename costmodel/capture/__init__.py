@@ -81,18 +81,20 @@ def parse_granularity(text: str) -> tuple[str, int | None]:
 
 
 def _export(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.export.ExportedProgram:
+    def trace() -> torch.export.ExportedProgram:
+        with torch.no_grad():
+            return torch.export.export(model, args, kwargs=kwargs, strict=False)
+
     with eager_branches(model) as changed:  # the graph eager runs where the model's code asks if it is exported
         if changed:
             try:
-                with torch.no_grad():
-                    return torch.export.export(model, args, kwargs=kwargs, strict=False)
+                return trace()
             except Exception as exc:  # its eager branch does not export: take the one its authors wrote for export
                 log.info("exporting %s with eager's branches failed (%s); exporting those %s choose under export",
                          type(model).__name__, str(exc).splitlines()[0] if str(exc) else type(exc).__name__,
                          ", ".join(changed))
     try:
-        with torch.no_grad():
-            return torch.export.export(model, args, kwargs=kwargs, strict=False)
+        return trace()
     except Exception as exc:  # torch raises many types; the user needs the model name and the cause
         raise CaptureError(f"torch.export could not trace {type(model).__name__}: {exc}{_hint(exc)}") from exc
 
