@@ -8,7 +8,8 @@ each stage into a graph of its own:
 - stage k returns every value computed (or received) so far that a later stage or the model's
   output still needs, so a tensor that skips stages (a residual from stage 0 used in stage 2) is
   forwarded through the stages in between — ``PipelineStage`` only talks to its neighbours;
-- the last stage returns the model's outputs, in the exported order.
+- the last stage returns the model's computed outputs, in the exported order (constants it returns, such as
+  ``None``, are left out).
 
 Parameters, buffers and constants are attached to every stage that uses them (a tied weight used
 in two stages is held by both).  Every value that crosses a boundary must be a tensor; an
@@ -99,6 +100,9 @@ def _state(program: torch.export.ExportedProgram) -> tuple[list[fx.Node], dict[s
 
 
 def _outputs(program: torch.export.ExportedProgram) -> list[fx.Node]:
+    """The model's computed outputs, in the exported order. Constants it returns (CLIPSeg's hidden states hold
+    ``None`` for the layers it skips) are left out: nothing computes them, and the pipeline's results are
+    compared with the unsplit model's tensor leaves, in order (:func:`pipeplan.executor.check.compare_outputs`)."""
     output = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output.args[0])
     result: list[fx.Node] = []
@@ -106,9 +110,8 @@ def _outputs(program: torch.export.ExportedProgram) -> list[fx.Node]:
         if spec.kind != OutputKind.USER_OUTPUT:
             raise PlanMismatchError(f"the model's forward mutates state ({spec.kind.name} {spec.target!r}); "
                                     "a pipeline can only run a pure forward")
-        if not isinstance(value, fx.Node):
-            raise PlanMismatchError(f"the model returns a constant ({value!r}); only tensor outputs are supported")
-        result.append(value)
+        if isinstance(value, fx.Node):
+            result.append(value)
     return result
 
 

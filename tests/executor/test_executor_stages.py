@@ -172,3 +172,28 @@ def test_batch_inputs_keep_an_empty_tensor_empty() -> None:
     empty_cache, tokens = torch.zeros(0, 4), torch.tensor([[3, 7]])
     cache, batch = batch_inputs((empty_cache, tokens), microbatches=2, seed=0, index=0)
     assert cache.shape == (0, 4) and batch.shape == (2, 2)
+
+
+class _ReturnsNone(nn.Module):
+    """Returns ``None`` among its tensors, as CLIPSeg's hidden states do for the layers it skips."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(8, 8), nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> dict[str, Any]:
+        hidden = torch.relu(self.a(x))
+        return {"logits": self.b(hidden), "hidden_states": (hidden, None), "loss": None}
+
+
+def test_constants_a_model_returns_are_left_out_of_the_last_stage() -> None:
+    model, x = _ReturnsNone().eval(), torch.randn(2, 8)
+    cp = capture_program(model, (x,), name="returns_none")
+    layers = [layer.name for layer in cp.graph.layers]
+    first, second = split_program(cp, _chain(layers, [1]))
+    with torch.no_grad():
+        got = second.module(*first.module(x))
+        want = [t for t in torch.utils._pytree.tree_leaves(model(x)) if isinstance(t, torch.Tensor)]
+    assert len(got) == len(want) == 2
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=0)
