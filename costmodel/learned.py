@@ -65,9 +65,10 @@ from pipeplan.costmodel.hardware import NAME_ONLY_DESIGNS, Contention, Device, c
 from pipeplan.costmodel.in_model import InModelCorrection, family_cross_validation
 from pipeplan.costmodel.kernel_range import kernel_range, within_range
 from pipeplan.costmodel.smooth import gps_from_npz, gps_to_npz
+from pipeplan.costmodel.unseen_ops import UNSEEN_OPS, roofline_floor, unseen
 from pipeplan.errors import UserError
 
-__all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError"]
+__all__ = ["FORMAT", "VERSION", "LearnedCostModel", "ModelFileError", "reference_figures"]
 
 FORMAT = "pipeplan.costmodel"
 VERSION = 2  # 2: the main predictor blends in per-operator Gaussian processes (smooth.npz)
@@ -80,6 +81,24 @@ log = logging.getLogger(__name__)
 
 class ModelFileError(UserError, ValueError):
     """A cost-model file that cannot be used: wrong format, other features, unsafe content."""
+
+
+def reference_figures(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """Each device type's peak FLOP/s and bandwidth to predict with: the median over its rows' figures.
+
+    Each profile run measures the device once and stamps its rows with those figures; a profile grown over
+    several runs holds several. The last row's (what this took before) moved every prediction of a model with
+    the spell of its latest run: 80 layers appended from a slow spell of the Zen 4 made its figures 78 GFLOP/s and
+    20 GB/s, where its 14,658 earlier rows' median is 93 and 25.
+
+    >>> reference_figures([{"device_type": "c", "peak_flops": f, "mem_bandwidth": 2 * f} for f in (1.0, 3.0, 2.0)])
+    {'c': {'peak_flops': 2.0, 'mem_bandwidth': 4.0}}
+    """
+    figures: dict[str, list[tuple[float, float]]] = {}
+    for r in rows:
+        figures.setdefault(str(r["device_type"]), []).append((float(r["peak_flops"]), float(r["mem_bandwidth"])))
+    return {device: {"peak_flops": float(np.median([f for f, _ in pairs])),
+                     "mem_bandwidth": float(np.median([b for _, b in pairs]))} for device, pairs in figures.items()}
 
 
 @dataclass
@@ -113,8 +132,7 @@ class LearnedCostModel(CostModel):
             raise ValueError("cannot train a cost model on an empty dataset")
         dtype = single_dtype(rows)  # no dtype feature: a model describes one dtype (meta "dtype"; older files fp32)
         vocabulary = vocabulary_of(rows)
-        references = {str(r["device_type"]): {"peak_flops": float(r["peak_flops"]),
-                                              "mem_bandwidth": float(r["mem_bandwidth"])} for r in rows}
+        references = reference_figures(rows)
         meta: dict[str, Any] = {
             "rows": len(rows), "configs": len({r["config"] for r in rows}),
             "levels": sorted({str(r["contention"]) for r in rows}),
@@ -133,6 +151,7 @@ class LearnedCostModel(CostModel):
                 log.warning("held-out evaluation: %s", too_small)
         meta["coverage"] = coverage(rows, test_rows)
         meta.update(kernel_range(rows))  # set before the in-model fit, which reads predictions through it
+        meta["unseen_ops"] = UNSEEN_OPS
         say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()
@@ -162,13 +181,16 @@ class LearnedCostModel(CostModel):
                        evaluate: bool = True, progress: Callable[[str], None] | None = None) -> None:
         """Keep the sweep estimators, fitted on the sweep ``rows``, and fit the in-model correction again on
         ``in_model_rows``: seconds, where the sweep's fit takes minutes. What the sweep ``rows`` say of
-        operator counts (:func:`~pipeplan.costmodel.kernel_range.kernel_range`) is read again too, so a file
-        from before it gains it."""
+        operator counts (:func:`~pipeplan.costmodel.kernel_range.kernel_range`) and the device's figures
+        (:func:`reference_figures`) are read again too, and unseen operators are priced at the roofline
+        (:mod:`~pipeplan.costmodel.unseen_ops`), so a file from before any of them gains it."""
         configs = len({r["config"] for r in rows})
         if (self.meta.get("rows"), self.meta.get("configs")) != (len(rows), configs):
             raise ModelFileError(f"the sweep was fitted on {self.meta.get('rows')} rows of {self.meta.get('configs')} "
                                  f"configurations, not these {len(rows)} of {configs}: train it on them")
         self.meta.update(kernel_range(rows))
+        self.meta["unseen_ops"] = UNSEEN_OPS
+        self.reference_devices = reference_figures(rows)  # a file from before took its last row's
         self.fit_in_model(in_model_rows, seed=int(self.meta.get("seed", 0)), evaluate=evaluate, progress=progress)
 
     def importances(self) -> dict[str, float]:
@@ -189,17 +211,22 @@ class LearnedCostModel(CostModel):
         most, dispatch = self.meta.get("sweep_kernels"), self.meta.get("dispatch_s")
         if most is None or dispatch is None:  # a file from before kernel_range: every count through the trees
             return self._predict(rows, estimator)
+        every = rows  # the roofline floor of an unseen operator counts all of its layer's operators
+        floor = (unseen(rows, self.vocabulary) if self.meta.get("unseen_ops") == UNSEEN_OPS
+                 else np.zeros(len(rows), dtype=bool))
         rows, beyond = within_range(rows, most)
         times = self._predict(rows, estimator)
-        if not beyond.any():
+        if not beyond.any() and not floor.any():
             return times
-        # the further operators slow down under load (co-runners or a measured "30% used") as the rest of their layer
-        loaded = [i for i, r in enumerate(rows) if beyond[i] and r["contention_kind"] != "none"]
+        # both slow down under load (co-runners or a measured "30% used") as the trees say the rest of their layer does
+        loaded = [i for i, r in enumerate(rows) if (beyond[i] or floor[i]) and r["contention_kind"] != "none"]
         slowdown = np.ones(len(rows))
         if loaded:
             idle = self._predict([{**rows[i], **contention_features(Contention())} for i in loaded], estimator)
             slowdown[loaded] = np.maximum(1.0, times[loaded] / idle)
-        return times + beyond * dispatch * slowdown
+        times = times + beyond * dispatch * slowdown
+        times[floor] = roofline_floor([r for r, f in zip(every, floor, strict=True) if f], dispatch) * slowdown[floor]
+        return times
 
     def _predict(self, rows: Sequence[dict[str, Any]], estimator: str) -> np.ndarray:
         x = encode(rows, self.vocabulary, self.fitted.numeric)
