@@ -47,11 +47,27 @@ def test_the_keys_printed_are_the_shapes_profile_builds(tmp_path, capsys) -> Non
     assert missing_configs(_profile("epyc-zen4"), behind, ["conv2d", "activation"]) == []
 
 
+def _configs(path: Path) -> set[str]:
+    with path.open(newline="") as f:
+        return {row["config"] for row in csv.DictReader(f)}
+
+
+# The Zen 4's depthwise and grouped convolutions and its dense ones on large maps, shipped on 2026-11-30: only the
+# Zen 5 has them too (the other CPUs' rows are still to be measured: missing_configs names them).
+_RESULTS = Path(__file__).resolve().parents[2] / "benchmarks"
+_NEWER = (_configs(_RESULTS / "results-zen4-dw" / "pass3-profile-dwconv2d.csv")
+          | _configs(_RESULTS / "results-zen4-largemap" / "profile-large-map-conv.csv"))
+
+
 # the Zen 3 on 2026-11-28, the Zen 5 and the model-167 Xeon on 2026-11-29; the Xeon of model 207 was profiled on
 # its shapes from the start
 @pytest.mark.parametrize("cpu", ["epyc-zen3", "epyc", "xeon", "xeon-207"])
 def test_the_other_cpus_caught_up_with_the_zen4(cpu: str) -> None:
-    assert missing_configs(_profile("epyc-zen4"), _profile(cpu)) == []
+    missing = missing_configs(_profile("epyc-zen4"), _profile(cpu))
+    if cpu == "epyc":
+        assert missing == []
+    else:
+        assert missing and set(missing) <= _NEWER
 
 
 def test_a_file_that_is_not_a_profile_is_named(tmp_path, capsys) -> None:
