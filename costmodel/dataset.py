@@ -20,7 +20,7 @@ from pipeplan.costmodel.kept_apart import APART_OPS, TORCH_NAMESPACES
 
 __all__ = [
     "CATEGORICAL", "COLUMNS", "DTYPES", "NUMERIC", "OPTIONAL", "contention_features", "contention_from_row",
-    "device_features", "layer_features", "main_op", "model_inputs", "op_base",
+    "device_features", "layer_features", "main_op", "model_inputs", "op_base", "roofline_s",
 ]
 
 # Features the models see. Sizes enter as log10(1 + x) so that 1 kB and 1 GB layers are comparable.
@@ -232,6 +232,16 @@ def _conv_reduction(row: dict[str, Any]) -> float:
     return _log(float(row["flops"]) / (2.0 * outputs))
 
 
+def roofline_s(row: dict[str, Any]) -> float:
+    """A row's FLOPs at its device's peak or its bytes at its bandwidth, whichever takes longer (no dispatch).
+
+    >>> roofline_s({"flops": 2e9, "bytes_read": 1e6, "bytes_written": 0, "peak_flops": 1e11, "mem_bandwidth": 1e10})
+    0.02
+    """
+    moved = float(row["bytes_read"]) + float(row["bytes_written"])
+    return max(float(row["flops"]) / float(row["peak_flops"]), moved / float(row["mem_bandwidth"]))
+
+
 def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     """The model features of a row: categorical strings and numeric values, by name.
 
@@ -241,8 +251,7 @@ def model_inputs(row: dict[str, Any]) -> dict[str, Any]:
     # The idle roofline time with the per-kernel dispatch cost (as RooflineModel counts it): the learned
     # models predict how far the real time sits from it, which carries over to unseen sizes.
     overhead = DEFAULT_OVERHEAD["cpu" if "cpu" in str(row["device_type"]).lower() else "gpu"]
-    roofline = (max(flops / float(row["peak_flops"]), moved / float(row["mem_bandwidth"]))
-                + float(row["kernels"]) * overhead)
+    roofline = roofline_s(row) + float(row["kernels"]) * overhead
     out: dict[str, Any] = {name: row[name] for name in CATEGORICAL}
     out.update({
         "log_flops": _log(flops), "log_bytes_read": _log(row["bytes_read"]),

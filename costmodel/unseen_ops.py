@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from pipeplan.costmodel.dataset import roofline_s
+
 __all__ = ["UNSEEN_OPS", "roofline_floor", "unseen"]
 
 # meta["unseen_ops"] of a model whose in-model correction was fitted with unseen operators priced here; a file
@@ -47,6 +49,4 @@ def roofline_floor(rows: Sequence[dict[str, Any]], dispatch_s: float) -> np.ndar
     ...                  "peak_flops": 1e11, "mem_bandwidth": 1e10}], 2e-6).round(6).tolist()
     [0.020006]
     """
-    return np.array([max(float(r["flops"]) / float(r["peak_flops"]),
-                         (float(r["bytes_read"]) + float(r["bytes_written"])) / float(r["mem_bandwidth"]))
-                     + max(1.0, float(r["kernels"])) * dispatch_s for r in rows])
+    return np.array([roofline_s(r) + max(1.0, float(r["kernels"])) * dispatch_s for r in rows])
