@@ -325,7 +325,8 @@ def register(sub: Any) -> None:
                    "correction for a layer in a pass, which graph predictions then use")
     t.add_argument("--sweep-from", metavar="MODEL.zip",
                    help="keep MODEL.zip's sweep estimators (and seed), fitted on this DATA, and fit only the in-model "
-                   "correction (seconds, not the sweep's minutes)")
+                   "correction (seconds, not the sweep's minutes); DATA's operator counts and device figures (its "
+                   "rows' median) are read again, and operators the sweep never timed are priced at the roofline")
     t.set_defaults(func=cmd_train)
     r = cm.add_parser("report", help="held-out accuracy tables, feature importances and plots",
                       description="Print MODEL's held-out errors (overall, per contention level, per layer "
