@@ -25,7 +25,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-__all__ = ["CheckResult", "compare_outputs", "tolerance"]
+__all__ = ["CheckResult", "compare_outputs", "tensor_leaves", "tolerance"]
 
 
 def tolerance(dtype: torch.dtype, device_type: str, *, matmul_tf32: bool | None = None,
@@ -68,7 +68,12 @@ class CheckResult(NamedTuple):
         return self._asdict()
 
 
-def _leaves(value: Any) -> list[torch.Tensor]:
+def tensor_leaves(value: Any) -> list[torch.Tensor]:
+    """The tensors of a model's (or a pipeline's) output, in pytree order: what is compared and returned.
+
+    >>> [t.tolist() for t in tensor_leaves({"logits": torch.tensor([1.0]), "hidden": (None, torch.tensor([2.0]))})]
+    [[1.0], [2.0]]
+    """
     return [t for t in torch.utils._pytree.tree_leaves(value) if isinstance(t, torch.Tensor)]
 
 
@@ -89,7 +94,7 @@ def compare_outputs(got_batches: Sequence[Any], reference: Callable[[int], list[
     worst_abs, worst_rel = 0.0, 0.0
     n = len(got_batches)
     for b, got in enumerate(got_batches):
-        got_leaves, expected = _leaves(got), reference(b)
+        got_leaves, expected = tensor_leaves(got), reference(b)
         if len(got_leaves) != len(expected):
             return CheckResult(False, f"batch {b}: the pipeline returned {len(got_leaves)} outputs, the model "
                                f"{len(expected)}", None, None, tol, basis, n)

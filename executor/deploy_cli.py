@@ -78,7 +78,7 @@ def _check(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]]
     """Compare answers with the unsplit model run on each sample alone; raise RunError if they differ."""
     import torch
 
-    from pipeplan.executor.check import compare_outputs, tolerance
+    from pipeplan.executor.check import compare_outputs, tensor_leaves, tolerance
 
     model = d.reference
     if model is None or not answers:
@@ -90,7 +90,7 @@ def _check(d: Deployment, requests: list[tuple[tuple[Any, ...], dict[str, Any]]]
             lambda a: a.unsqueeze(0) if isinstance(a, torch.Tensor) and a.dim() else a, (args, kwargs))
         with torch.no_grad():
             out = model(*one[0], **one[1])
-        return [t[0] for t in torch.utils._pytree.tree_leaves(out) if isinstance(t, torch.Tensor)]
+        return [t[0] for t in tensor_leaves(out)]
 
     leaves = [a if isinstance(a, tuple) else (a,) for a in answers]
     dtype = next((t.dtype for t in leaves[0] if t.is_floating_point()), torch.float32)

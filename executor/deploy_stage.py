@@ -48,6 +48,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.pipelining import PipelineStage
 
+from pipeplan.executor.check import tensor_leaves
 from pipeplan.executor.deploy_loans import StageLoans, layout_groups, serve_lender
 from pipeplan.executor.errors import RunError
 from pipeplan.executor.lender import LenderBuild, lender_ledger
@@ -313,8 +314,7 @@ class _Process:
             timing.recv_start = waiting_since
             outputs = None
             if last:
-                leaves = torch.utils._pytree.tree_leaves(out)
-                outputs = [t.detach().cpu() for t in leaves if isinstance(t, torch.Tensor)]
+                outputs = [t.detach().cpu() for t in tensor_leaves(out)]
             self.outbox.send(Stepped(self.device, order.number, rank, timing.as_row(),
                                      arrived if rank == 0 else None, outputs))
             self.totals["steps"] += 1

@@ -46,6 +46,7 @@ from pipeplan.costmodel.model_profile import LevelTimes, ModelProfile, ProfiledL
 from pipeplan.costmodel.profile import ProfileSettings, SpeedProbe, pinned
 from pipeplan.costmodel.source import build_source, flat_inputs, kwarg_order
 from pipeplan.costmodel.speed_drift import SpeedCheck, SpeedWatch, check_tolerance
+from pipeplan.executor.check import tensor_leaves
 from pipeplan.executor.stages import StageProgram, split_program
 
 __all__ = ["LayerChain", "ModelProfileSettings", "layer_chain", "profile_built", "profile_source"]
@@ -125,9 +126,8 @@ def layer_chain(captured: CapturedProgram, model: nn.Module, args: tuple[Any, ..
 def _check_outputs(chain: LayerChain) -> None:
     """The chain computes what the model does: a wrong cut would time the wrong work."""
     with torch.inference_mode():
-        got = [t for t in torch.utils._pytree.tree_leaves(chain.run([s.module for s in chain.stages]))
-               if isinstance(t, torch.Tensor)]
-        want = [t for t in torch.utils._pytree.tree_leaves(chain.forward()) if isinstance(t, torch.Tensor)]
+        got = tensor_leaves(chain.run([s.module for s in chain.stages]))
+        want = tensor_leaves(chain.forward())
     if got and want and not any(g.shape == w.shape and torch.allclose(g.float(), w.float(), rtol=1e-3, atol=1e-4)
                                 for g in got for w in want):
         log.warning("the layer chain's outputs differ from the model's eager forward; its times may not be "

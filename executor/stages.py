@@ -102,7 +102,7 @@ def _state(program: torch.export.ExportedProgram) -> tuple[list[fx.Node], dict[s
 def _outputs(program: torch.export.ExportedProgram) -> list[fx.Node]:
     """The model's computed outputs, in the exported order. Constants it returns (CLIPSeg's hidden states hold
     ``None`` for the layers it skips) are left out: nothing computes them, and the pipeline's results are
-    compared with the unsplit model's tensor leaves, in order (:func:`pipeplan.executor.check.compare_outputs`)."""
+    compared with the unsplit model's tensors, in order (:func:`pipeplan.executor.check.tensor_leaves`)."""
     output = next(n for n in program.graph.nodes if n.op == "output")
     values = list(output.args[0])
     result: list[fx.Node] = []

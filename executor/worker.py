@@ -30,7 +30,7 @@ from pipeplan.costmodel.corunners import CoRunners
 from pipeplan.costmodel.hardware import Contention
 from pipeplan.costmodel.profile import retain_freed_memory
 from pipeplan.costmodel.source import build_source, flat_inputs
-from pipeplan.executor.check import compare_outputs, tolerance
+from pipeplan.executor.check import compare_outputs, tensor_leaves, tolerance
 from pipeplan.executor.errors import RunError
 from pipeplan.executor.harvest_stream import Streamer, attach
 from pipeplan.executor.layer_major import LayerMajor
@@ -132,8 +132,7 @@ def _check(built: StageBuild, setup: RunSetup, plan: Plan, device: torch.device,
 
         split = [torch.utils._pytree.tree_map(lambda a, i=i: part(a, i), (args, kwargs)) for i in range(m)]
         with torch.no_grad():
-            ref = [[t for t in torch.utils._pytree.tree_leaves(model(*a, **k)) if isinstance(t, torch.Tensor)]
-                   for a, k in split]
+            ref = [tensor_leaves(model(*a, **k)) for a, k in split]
         return [torch.cat([r[i] for r in ref]) for i in range(len(ref[0]))]
 
     return compare_outputs(outputs, reference, tol=tol, basis=basis).as_dict()
