@@ -101,6 +101,13 @@ def reference_figures(rows: Sequence[dict[str, Any]]) -> dict[str, dict[str, flo
                      "mem_bandwidth": float(np.median([b for _, b in pairs]))} for device, pairs in figures.items()}
 
 
+def beyond_the_sweep(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The meta that says how a model fitted on sweep ``rows`` prices what they never timed: layers of more
+    operators (:func:`~pipeplan.costmodel.kernel_range.kernel_range`) and operators outside their vocabulary
+    (:mod:`~pipeplan.costmodel.unseen_ops`). Training and refitting the in-model correction both set it."""
+    return {**kernel_range(rows), "unseen_ops": UNSEEN_OPS}
+
+
 @dataclass
 class LearnedCostModel(CostModel):
     """A fitted, contention-aware cost model; build with :meth:`train` or :meth:`load`."""
@@ -150,8 +157,7 @@ class LearnedCostModel(CostModel):
                 meta["evaluation"]["cannot_judge"] = too_small
                 log.warning("held-out evaluation: %s", too_small)
         meta["coverage"] = coverage(rows, test_rows)
-        meta.update(kernel_range(rows))  # set before the in-model fit, which reads predictions through it
-        meta["unseen_ops"] = UNSEEN_OPS
+        meta.update(beyond_the_sweep(rows))  # set before the in-model fit, which reads predictions through it
         say(f"fitting on all {len(rows)} rows")
         model = cls(fit_estimators(rows, vocabulary, seed), vocabulary, references, meta)
         model.meta["importances"] = model.importances()
@@ -188,8 +194,7 @@ class LearnedCostModel(CostModel):
         if (self.meta.get("rows"), self.meta.get("configs")) != (len(rows), configs):
             raise ModelFileError(f"the sweep was fitted on {self.meta.get('rows')} rows of {self.meta.get('configs')} "
                                  f"configurations, not these {len(rows)} of {configs}: train it on them")
-        self.meta.update(kernel_range(rows))
-        self.meta["unseen_ops"] = UNSEEN_OPS
+        self.meta.update(beyond_the_sweep(rows))
         self.reference_devices = reference_figures(rows)  # a file from before took its last row's
         self.fit_in_model(in_model_rows, seed=int(self.meta.get("seed", 0)), evaluate=evaluate, progress=progress)
 

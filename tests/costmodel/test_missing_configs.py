@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from pipeplan.costmodel.cli import select_layers
-from pipeplan.costmodel.missing_configs import main, missing_configs
+from pipeplan.costmodel.missing_configs import _sweep_configs, main, missing_configs
 from pipeplan.costmodel.registry import SHIPPED
 
 
@@ -47,16 +47,11 @@ def test_the_keys_printed_are_the_shapes_profile_builds(tmp_path, capsys) -> Non
     assert missing_configs(_profile("epyc-zen4"), behind, ["conv2d", "activation"]) == []
 
 
-def _configs(path: Path) -> set[str]:
-    with path.open(newline="") as f:
-        return {row["config"] for row in csv.DictReader(f)}
-
-
 # The Zen 4's depthwise and grouped convolutions and its dense ones on large maps, shipped on 2026-11-30: only the
 # Zen 5 has them too (the other CPUs' rows are still to be measured: missing_configs names them).
 _RESULTS = Path(__file__).resolve().parents[2] / "benchmarks"
-_NEWER = (_configs(_RESULTS / "results-zen4-dw" / "pass3-profile-dwconv2d.csv")
-          | _configs(_RESULTS / "results-zen4-largemap" / "profile-large-map-conv.csv"))
+_NEWER = {*_sweep_configs(_RESULTS / "results-zen4-dw" / "pass3-profile-dwconv2d.csv"),
+          *_sweep_configs(_RESULTS / "results-zen4-largemap" / "profile-large-map-conv.csv")}
 
 
 # the Zen 3 on 2026-11-28, the Zen 5 and the model-167 Xeon on 2026-11-29; the Xeon of model 207 was profiled on
